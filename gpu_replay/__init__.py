@@ -1,0 +1,1 @@
+"""GPU replay backend: runs a simulated op log on real torch pools. Imports torch lazily."""

@@ -1,0 +1,1 @@
+"""Interchangeable cache policies, each registered by name (see ``policies.registry``)."""

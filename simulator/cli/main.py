@@ -1,0 +1,21 @@
+"""Entry point of the ``kvplan`` console script."""
+
+from __future__ import annotations
+
+import typer
+
+from simulator.cli import cache_replay_cmd, pools_cmd, trace_cmd
+
+app = typer.Typer(
+    name="kvplan",
+    help="Trace-driven KV-cache simulator and capacity planner for SGLang (hybrid SWA + HiCache).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.add_typer(trace_cmd.app, name="trace")
+app.command("pools")(pools_cmd.pools)
+app.command("cache-replay")(cache_replay_cmd.cache_replay)
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

@@ -1,0 +1,1 @@
+"""Canonical traces, readers for public trace formats, generators and statistics."""

@@ -1,0 +1,16 @@
+"""Trace input errors that name the file, the line and the field."""
+
+from __future__ import annotations
+
+
+class TraceFormatError(ValueError):
+    """A malformed trace record. The message always names file, line (1-based) and field."""
+
+    def __init__(self, path: str, line: int | None, field: str | None, problem: str):
+        self.path = str(path)
+        self.line = line
+        self.field = field
+        self.problem = problem
+        where = self.path if line is None else f"{self.path}:{line}"
+        what = f"field '{field}': " if field else ""
+        super().__init__(f"{where}: {what}{problem}")
