@@ -14,3 +14,7 @@ class TraceFormatError(ValueError):
         where = self.path if line is None else f"{self.path}:{line}"
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{problem}")
+
+
+class TraceWarning(UserWarning):
+    """Something a reader changed on purpose (re-sorted rows, truncated content); never a silent drop."""

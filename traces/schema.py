@@ -1,0 +1,164 @@
+"""The canonical trace: a request table plus the token content of every request, both columnar.
+
+A request's *sequence* is its prompt followed by its output (``prompt_len + output_len`` tokens),
+because SGLang inserts prompt + output into the radix tree and a later turn may reuse both.
+Content is stored for the whole sequence, in one of two forms:
+
+* :class:`BlockContent`: prefix-chained blocks. ``chain_ids[j]`` names the whole token prefix up to
+  the end of block ``j`` (equal id => equal prefix, and equal tokens inside the block up to the
+  shorter of the two lengths), ``block_lens[j]`` its token count. Hash-id traces use this.
+* :class:`TokenContent`: raw token ids (bench_multiturn-like or oracle JSONL workloads).
+
+Both are CSR arrays over requests (``offsets`` has ``n + 1`` entries), so nothing is per-token Python.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Union
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from traces.closed_loop import ClosedLoop
+
+#: Columns every trace's ``requests`` frame has, in this order.
+REQUEST_COLUMNS = ("rid", "arrival_s", "session_id", "turn", "parent", "prompt_len", "output_len")
+
+
+@dataclass(frozen=True)
+class BlockContent:
+    """Prefix-chained blocks of each request's sequence (CSR over requests)."""
+
+    offsets: np.ndarray  # int64, n + 1
+    chain_ids: np.ndarray  # int64, one per block; dense and non-negative
+    block_lens: np.ndarray  # int32 (or int64), one per block, all >= 1
+
+    kind = "blocks"
+
+    def seq_lens(self) -> np.ndarray:
+        """Tokens per request (sum of its block lengths)."""
+        csum = np.concatenate(([0], np.cumsum(self.block_lens, dtype=np.int64)))
+        return csum[self.offsets[1:]] - csum[self.offsets[:-1]]
+
+    def take(self, rows: np.ndarray) -> BlockContent:
+        """The content of ``rows`` only, in that order (used by ``head`` and slicing)."""
+        idx, offsets = gather_ranges(self.offsets[rows], np.diff(self.offsets)[rows])
+        return BlockContent(offsets, self.chain_ids[idx], self.block_lens[idx])
+
+
+@dataclass(frozen=True)
+class TokenContent:
+    """Raw token ids of each request's sequence (CSR over requests)."""
+
+    offsets: np.ndarray  # int64, n + 1
+    tokens: np.ndarray  # int64
+
+    kind = "tokens"
+
+    def seq_lens(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, rows: np.ndarray) -> TokenContent:
+        idx, offsets = gather_ranges(self.offsets[rows], np.diff(self.offsets)[rows])
+        return TokenContent(offsets, self.tokens[idx])
+
+
+Content = Union[BlockContent, TokenContent]
+
+
+def gather_ranges(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Flat indices of the ranges ``[starts[i], starts[i] + lens[i])`` and the CSR offsets of the result."""
+    lens = np.asarray(lens, dtype=np.int64)
+    offsets = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=offsets[1:])
+    total = int(offsets[-1])
+    if total == 0:
+        return np.zeros(0, dtype=np.int64), offsets
+    # position within its range = global index - range's output start; add the range's input start.
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - offsets[:-1], lens)
+    return np.arange(total, dtype=np.int64) + shift, offsets
+
+
+@dataclass(frozen=True, eq=False)
+class Trace:
+    """A workload: ``requests`` (one row per request, in serving order) and its ``content``.
+
+    Row order is arrival order; rows whose ``arrival_s`` is NaN are closed-loop turns whose time the
+    simulator resolves from ``closed_loop``. ``parent`` is the row index of the previous turn (-1 if
+    none), always smaller than the row's own index.
+    """
+
+    requests: pd.DataFrame
+    content: Content
+    source: str = ""
+    closed_loop: ClosedLoop | None = None
+    _pages_cache: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def sequence_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (offsets, page_ids) of the full pages of each request's prompt ++ output.
+
+        Two requests share page id at position k exactly when they share the whole token prefix up
+        to the end of page k. Ids are dense, numbered in order of first appearance.
+        """
+        from traces.pages import sequence_pages
+
+        key = ("seq", int(page_size))
+        if key not in self._pages_cache:
+            self._pages_cache[key] = sequence_pages(self.content, int(page_size))
+        return self._pages_cache[key]
+
+    def prompt_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """CSR of the full pages inside each prompt (a prefix of each row of ``sequence_pages``)."""
+        offsets, ids = self.sequence_pages(page_size)
+        n_prompt = self.requests["prompt_len"].to_numpy(np.int64) // int(page_size)
+        idx, new_offsets = gather_ranges(offsets[:-1], n_prompt)
+        return new_offsets, ids[idx]
+
+    def head(self, n: int) -> Trace:
+        """The first ``n`` requests (parents always precede children, so links stay valid)."""
+        n = min(n, len(self))
+        rows = np.arange(n)
+        return Trace(self.requests.iloc[:n].copy(), self.content.take(rows), self.source, self.closed_loop)
+
+
+def make_requests(
+    rid: np.ndarray | list,
+    arrival_s: np.ndarray,
+    prompt_len: np.ndarray,
+    output_len: np.ndarray,
+    session_id: np.ndarray | list | None = None,
+    turn: np.ndarray | None = None,
+    parent: np.ndarray | None = None,
+) -> pd.DataFrame:
+    """Build the request frame with the canonical column names and dtypes."""
+    n = len(prompt_len)
+    frame = pd.DataFrame(
+        {
+            "rid": pd.array(rid if not isinstance(rid, np.ndarray) else rid.astype(str), dtype="string"),
+            "arrival_s": np.asarray(arrival_s, dtype=np.float64),
+            "session_id": pd.array([None] * n if session_id is None else session_id, dtype="string"),
+            "turn": np.zeros(n, np.int32) if turn is None else np.asarray(turn, dtype=np.int32),
+            "parent": np.full(n, -1, np.int64) if parent is None else np.asarray(parent, dtype=np.int64),
+            "prompt_len": np.asarray(prompt_len, dtype=np.int64),
+            "output_len": np.asarray(output_len, dtype=np.int64),
+        }
+    )
+    return frame
+
+
+def check_trace(trace: Trace) -> None:
+    """Internal consistency (an AssertionError means a bug in a reader, not bad input)."""
+    req = trace.requests
+    assert tuple(req.columns[: len(REQUEST_COLUMNS)]) == REQUEST_COLUMNS, list(req.columns)
+    n = len(req)
+    assert len(trace.content.offsets) == n + 1
+    seq = trace.content.seq_lens()
+    want = req["prompt_len"].to_numpy() + req["output_len"].to_numpy()
+    assert np.array_equal(seq, want), "content length != prompt_len + output_len"
+    parent = req["parent"].to_numpy()
+    assert np.all(parent < np.arange(n)), "parent must precede its child"
