@@ -21,7 +21,7 @@ class IntBuffer:
         self._a.append(value)
 
     def extend(self, values: list) -> None:
-        """Raises TypeError/OverflowError on a value that does not fit; callers turn that into a located error."""
+        """Raises TypeError/OverflowError on a bad value; callers turn that into a located error."""
         self._a.extend(values)
 
     def __len__(self) -> int:

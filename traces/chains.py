@@ -28,7 +28,7 @@ def sorted_dense_ids(keys: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 def pack_pairs(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """One int64 key per (a, b) pair of non-negative ints; exact (densifies ``b`` if the product overflows)."""
+    """One int64 key per (a, b) pair of non-negative ints; exact (densifies if the product overflows)."""
     a = np.asarray(a, dtype=np.int64)
     b = np.asarray(b, dtype=np.int64)
     if len(a) == 0:

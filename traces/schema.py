@@ -15,7 +15,7 @@ Both are CSR arrays over requests (``offsets`` has ``n + 1`` entries), so nothin
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -65,7 +65,7 @@ class TokenContent:
         return TokenContent(offsets, self.tokens[idx])
 
 
-Content = Union[BlockContent, TokenContent]
+Content = BlockContent | TokenContent
 
 
 def gather_ranges(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
