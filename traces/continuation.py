@@ -113,7 +113,9 @@ def link_and_build(
         cont = continues_parent(offsets, chains, prompt_len, parent, block_size)
     rewrite = cont if mode == "reuse-output" else np.zeros(n, dtype=bool)
     return Linked(
-        parent, cont, _build(offsets, chains, lens, n_chains, prompt_len, output_len, parent, rewrite)
+        parent,
+        cont,
+        build_sequences(offsets, chains, lens, n_chains, prompt_len, output_len, parent, rewrite),
     )
 
 
@@ -129,7 +131,7 @@ def _levels(parent: np.ndarray, rewrite: np.ndarray) -> np.ndarray:
     return depth
 
 
-def _build(
+def build_sequences(
     offsets: np.ndarray,
     chains: np.ndarray,
     lens: np.ndarray,
@@ -139,6 +141,7 @@ def _build(
     parent: np.ndarray,
     rewrite: np.ndarray,
 ) -> BlockContent:
+    """Sequence content: each row's prompt blocks (rewritten where ``rewrite``) ++ its output block."""
     n = len(prompt_len)
     raw_counts = np.diff(offsets)
     depth = _levels(parent, rewrite)

@@ -1,0 +1,1 @@
+"""Workload generators that produce canonical traces."""

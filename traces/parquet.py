@@ -1,0 +1,102 @@
+"""Canonical traces on disk: one parquet file, request columns plus the content as list columns.
+
+Block traces store ``chain_ids`` (list<int64>) and ``block_lens`` (list<int64>); token traces store
+``tokens`` (list<int64>). File-level metadata (``kvplan.*`` keys) holds the format version, the
+content kind, the source and the closed-loop spec as JSON. Writes go to a temporary name in the
+same directory and are renamed into place, so a crash never leaves a half-written trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
+from traces.errors import TraceFormatError
+from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
+
+FORMAT_VERSION = "1"
+_LISTS = {"blocks": ("chain_ids", "block_lens"), "tokens": ("tokens",)}
+
+
+def _list_column(offsets: np.ndarray, values: np.ndarray) -> pa.LargeListArray:
+    return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), pa.array(values.astype(np.int64)))
+
+
+def write_parquet(trace: Trace, path: str | Path) -> Path:
+    """Write ``trace`` to ``path`` atomically; returns the path."""
+    path = Path(path)
+    table = pa.Table.from_pandas(trace.requests, preserve_index=False)
+    content = trace.content
+    if isinstance(content, BlockContent):
+        cols = {"chain_ids": content.chain_ids, "block_lens": content.block_lens}
+    else:
+        cols = {"tokens": content.tokens}
+    for name, values in cols.items():
+        table = table.append_column(name, _list_column(content.offsets, values))
+    meta = {
+        b"kvplan.format_version": FORMAT_VERSION.encode(),
+        b"kvplan.content": content.kind.encode(),
+        b"kvplan.source": trace.source.encode(),
+        b"kvplan.closed_loop": json.dumps(closed_loop_to_dict(trace.closed_loop)).encode(),
+    }
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+    os.close(fd)
+    try:
+        pq.write_table(table, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def _list_values(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+    col = table.column(name).combine_chunks()
+    if not pa.types.is_large_list(col.type):
+        col = col.cast(pa.large_list(pa.int64()))
+    offsets = np.asarray(col.offsets, dtype=np.int64)
+    values = np.asarray(col.values, dtype=np.int64)
+    return offsets - offsets[0], values[offsets[0] : offsets[-1]]
+
+
+def read_parquet(path: str | Path) -> Trace:
+    """Read a trace written by :func:`write_parquet`."""
+    src = str(path)
+    try:
+        table = pq.read_table(src)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceFormatError(src, None, None, f"not a readable parquet file ({exc})") from None
+    meta = table.schema.metadata or {}
+    kind = meta.get(b"kvplan.content", b"").decode()
+    if kind not in _LISTS:
+        raise TraceFormatError(src, None, None, "not a kvplan trace (no kvplan.content metadata)")
+    missing = [c for c in (*REQUEST_COLUMNS, *_LISTS[kind]) if c not in table.column_names]
+    if missing:
+        raise TraceFormatError(src, None, missing[0], "missing column")
+    if kind == "blocks":
+        offsets, chains = _list_values(table, "chain_ids")
+        _, lens = _list_values(table, "block_lens")
+        content: BlockContent | TokenContent = BlockContent(offsets, chains, lens)
+    else:
+        offsets, tokens = _list_values(table, "tokens")
+        content = TokenContent(offsets, tokens)
+    requests = table.drop_columns(list(_LISTS[kind])).to_pandas()
+    for col, dtype in (
+        ("turn", np.int32),
+        ("parent", np.int64),
+        ("prompt_len", np.int64),
+        ("output_len", np.int64),
+    ):
+        requests[col] = requests[col].astype(dtype)
+    for col in ("rid", "session_id"):
+        requests[col] = requests[col].astype("string")
+    closed = closed_loop_from_dict(json.loads(meta.get(b"kvplan.closed_loop", b"null").decode()))
+    return Trace(requests, content, source=meta.get(b"kvplan.source", b"").decode(), closed_loop=closed)

@@ -1,0 +1,75 @@
+"""Raw-token JSONL workloads, the format of SGLang's cache oracle driver (shared/oracle/README.md).
+
+One request per line: ``{"rid": str, "input_ids": [int], "output_ids": [int], "session": optional}``.
+The content is the given tokens (outputs included, not made unique). Lines are served in file order
+one at a time, so arrivals are NaN and the trace carries :class:`~traces.closed_loop.SequentialReplay`.
+Parent = previous line of the same session.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from traces.buffers import IntBuffer
+from traces.closed_loop import SequentialReplay
+from traces.errors import TraceFormatError
+from traces.jsonl import get_field, iter_json_lines, locate_bad_int, require_object
+from traces.readers.common import session_links
+from traces.schema import TokenContent, Trace, make_requests
+
+MAX_TOKEN_ID = 2**31 - 1
+
+
+def _ids(src: str, line: int, obj: dict, key: str, buf: IntBuffer) -> int:
+    ids = get_field(src, line, obj, key)
+    if not isinstance(ids, list) or not ids:
+        raise TraceFormatError(src, line, key, "must be a non-empty list of integers")
+    try:
+        buf.extend(ids)
+    except (TypeError, OverflowError):
+        locate_bad_int(src, line, key, ids, minimum=0)
+    lo, hi = min(ids), max(ids)
+    if lo < 0 or hi > MAX_TOKEN_ID or any(type(x) is bool for x in ids):
+        locate_bad_int(src, line, key, [x if 0 <= x <= MAX_TOKEN_ID else -1 for x in ids], minimum=0)
+    return len(ids)
+
+
+def read_token_jsonl(path: str | Path) -> Trace:
+    """Read a raw-token JSONL workload into a canonical trace (token content)."""
+    src = str(path)
+    tokens = IntBuffer()
+    in_len, out_len = IntBuffer(), IntBuffer()
+    rids: list[str] = []
+    sessions: list[str | None] = []
+    seen: dict[str, int] = {}
+    for line, obj in iter_json_lines(src):
+        obj = require_object(src, line, obj)
+        rid = get_field(src, line, obj, "rid")
+        if not isinstance(rid, str) or not rid:
+            raise TraceFormatError(src, line, "rid", "must be a non-empty string")
+        if rid in seen:
+            raise TraceFormatError(src, line, "rid", f"duplicate rid {rid!r} (first at line {seen[rid]})")
+        seen[rid] = line
+        in_len.append(_ids(src, line, obj, "input_ids", tokens))
+        out_len.append(_ids(src, line, obj, "output_ids", tokens))
+        session = obj.get("session")
+        if session is not None and (isinstance(session, bool) or not isinstance(session, (str, int))):
+            raise TraceFormatError(src, line, "session", f"must be a string or an integer, got {session!r}")
+        rids.append(rid)
+        sessions.append(None if session is None else str(session))
+    prompt_len, output_len = in_len.numpy(), out_len.numpy()
+    n = len(rids)
+    offsets = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(prompt_len + output_len, out=offsets[1:])
+    sess = np.array(sessions, dtype=object)
+    has = np.array([s is not None for s in sessions], dtype=bool)
+    codes = np.full(n, -1, dtype=np.int64)
+    if has.any():
+        _, codes[has] = np.unique(sess[has].astype(str), return_inverse=True)
+    parent, turn = session_links(codes)
+    requests = make_requests(
+        rids, np.full(n, np.nan), prompt_len, output_len, session_id=sessions, turn=turn, parent=parent
+    )
+    return Trace(requests, TokenContent(offsets, tokens.numpy()), source=src, closed_loop=SequentialReplay())
