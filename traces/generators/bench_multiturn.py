@@ -124,11 +124,11 @@ def _round0_blocks(
     if starts is None:
         return [[i] for i in range(n)], [[int(x)] for x in lengths], n
     cuts: dict[int, list[int]] = {}
-    for s, length in zip(starts.tolist(), lengths.tolist()):
+    for s, length in zip(starts.tolist(), lengths.tolist(), strict=True):
         cuts.setdefault(s, []).append(length)
     ids: dict[tuple[int, int], int] = {}
     chains, lens = [], []
-    for s, length in zip(starts.tolist(), lengths.tolist()):
+    for s, length in zip(starts.tolist(), lengths.tolist(), strict=True):
         ends = sorted({x for x in cuts[s] if x <= length})  # ends[-1] == length
         chains.append([ids.setdefault((s, e), len(ids)) for e in ends])
         lens.append(np.diff([0, *ends]).tolist())

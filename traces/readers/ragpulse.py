@@ -91,7 +91,7 @@ def read_ragpulse(path: str | Path) -> Trace:
             raise TraceFormatError(src, line, "session_id", "must be a non-empty string")
         ids: list[int] = []
         lens: list[int] = []
-        for k, ((comp, fname, _), table) in enumerate(zip(COMPONENT_ORDER, tables)):
+        for k, ((comp, fname, _), table) in enumerate(zip(COMPONENT_ORDER, tables, strict=True)):
             segs = get_field(src, line, comps, comp, f"hash_ids.{comp}")
             if not isinstance(segs, list):
                 raise TraceFormatError(src, line, f"hash_ids.{comp}", "must be a list of integers")
