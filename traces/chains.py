@@ -60,22 +60,42 @@ def predecessors(ids: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     return pred
 
 
-def is_prefix_chained(dense: np.ndarray, offsets: np.ndarray, n_ids: int) -> bool:
+def compact_ids(raw: np.ndarray) -> tuple[np.ndarray, int]:
+    """Non-negative ids below a bound ``n_ids``: the raw ids themselves when they are already small
+    non-negative integers (Mooncake's are; no copy, no sort), else dense ids from a sort."""
+    if len(raw) == 0:
+        return np.zeros(0, dtype=np.int64), 0
+    raw = np.asarray(raw)
+    if raw.dtype == np.int64:
+        lo, hi = int(raw.min()), int(raw.max())
+        if lo >= 0 and hi < 4 * len(raw) + 4096:
+            return raw, hi + 1
+    return sorted_dense_ids(raw)
+
+
+def is_prefix_chained(ids: np.ndarray, offsets: np.ndarray, n_ids: int) -> bool:
     """True when every id always follows the same predecessor (so it names a whole prefix)."""
-    pred = predecessors(dense, offsets)
+    from traces.schema import row_chunks
+
     seen = np.full(n_ids, -2, dtype=np.int64)
-    seen[dense] = pred  # any one of the predecessors of each id
-    return bool(np.array_equal(seen[dense], pred))
+    for a, b in row_chunks(offsets):  # pass 1: remember one predecessor per id
+        sl = slice(int(offsets[a]), int(offsets[b]))
+        seen[ids[sl]] = predecessors(ids[sl], offsets[a : b + 1] - offsets[a])
+    for a, b in row_chunks(offsets):  # pass 2: every occurrence must agree with it
+        sl = slice(int(offsets[a]), int(offsets[b]))
+        if not np.array_equal(seen[ids[sl]], predecessors(ids[sl], offsets[a : b + 1] - offsets[a])):
+            return False
+    return True
 
 
 def chain_block_ids(raw: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, int]:
-    """Dense prefix-chained ids for per-request block ids that may or may not be chained already.
+    """Prefix-chained ids in ``[0, n_ids)`` for per-request block ids that may or may not be chained.
 
     If every raw id always follows the same predecessor, the raw ids already name prefixes and are
-    only densified. Otherwise each block is re-keyed by (chained id of the previous block, raw id),
-    depth by depth, which makes equal ids mean equal prefixes.
+    kept (made compact if needed). Otherwise each block is re-keyed by (chained id of the previous
+    block, raw id), depth by depth, which makes equal ids mean equal prefixes.
     """
-    dense, n_ids = sorted_dense_ids(raw)
+    dense, n_ids = compact_ids(raw)
     if is_prefix_chained(dense, offsets, n_ids):
         return dense, n_ids
     depth = block_depths(offsets)

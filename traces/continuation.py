@@ -29,7 +29,7 @@ from typing import Literal
 
 import numpy as np
 
-from traces.schema import BlockContent, gather_ranges
+from traces.schema import BlockContent, copy_ranges, row_chunks
 
 ContinuationMode = Literal["reuse-output", "blocks-only"]
 CONTINUATION_MODES: tuple[str, ...] = ("reuse-output", "blocks-only")
@@ -50,24 +50,29 @@ def infer_parents(
     """Parent row per row by the inference rule in the module docstring (-1 if none)."""
     n = len(prompt_len)
     counts = np.diff(offsets)
-    req = np.repeat(np.arange(n, dtype=np.int64), counts)
     first_req = np.full(n_chains, n, dtype=np.int64)
-    np.minimum.at(first_req, chains, req)
+    for a, b in row_chunks(offsets):
+        sl = slice(int(offsets[a]), int(offsets[b]))
+        np.minimum.at(first_req, chains[sl], np.repeat(np.arange(a, b, dtype=np.int64), counts[a:b]))
     ncomplete = np.minimum(prompt_len // block_size, counts)
     rows = np.flatnonzero(ncomplete >= 1)
     key = chains[offsets[rows] + ncomplete[rows] - 1]
     owners = rows[first_req[key] == rows]
+    del first_req
     owner = np.full(n_chains, -1, dtype=np.int64)
     owner[chains[offsets[owners] + ncomplete[owners] - 1]] = owners
-    p = owner[chains]
-    cand = (p >= 0) & (p < req)
-    cand[cand] &= prompt_len[p[cand]] < prompt_len[req[cand]]
-    idx = np.flatnonzero(cand)
     parent = np.full(n, -1, dtype=np.int64)
-    if len(idx):
-        last = np.ones(len(idx), dtype=bool)
-        last[:-1] = req[idx[:-1]] != req[idx[1:]]  # the deepest candidate block of each request
-        parent[req[idx[last]]] = p[idx[last]]
+    for a, b in row_chunks(offsets):
+        sl = slice(int(offsets[a]), int(offsets[b]))
+        req = np.repeat(np.arange(a, b, dtype=np.int64), counts[a:b])
+        p = owner[chains[sl]]
+        cand = (p >= 0) & (p < req)
+        cand[cand] &= prompt_len[p[cand]] < prompt_len[req[cand]]
+        idx = np.flatnonzero(cand)
+        if len(idx):
+            last = np.ones(len(idx), dtype=bool)
+            last[:-1] = req[idx[:-1]] != req[idx[1:]]  # the deepest candidate block of each request
+            parent[req[idx[last]]] = p[idx[last]]
     return parent
 
 
@@ -160,16 +165,12 @@ def build_sequences(
     out_len = np.empty(int(final_off[-1]), dtype=lens.dtype)
 
     keep = levels[0]
-    src, _ = gather_ranges(offsets[keep], raw_counts[keep])
-    dst, _ = gather_ranges(final_off[keep], raw_counts[keep])
-    out_chain[dst] = chains[src]
-    out_len[dst] = lens[src]
+    copy_ranges(out_chain, final_off[keep], chains, offsets[keep], raw_counts[keep])
+    copy_ranges(out_len, final_off[keep], lens, offsets[keep], raw_counts[keep])
     for rows in levels[1:]:
         p = parent[rows]
-        src, _ = gather_ranges(final_off[p], nb_prompt[p])
-        dst, _ = gather_ranges(final_off[rows], nb_prompt[p])
-        out_chain[dst] = out_chain[src]
-        out_len[dst] = out_len[src]
+        copy_ranges(out_chain, final_off[rows], out_chain, final_off[p], nb_prompt[p])
+        copy_ranges(out_len, final_off[rows], out_len, final_off[p], nb_prompt[p])
         room = prompt_len[rows] - prompt_len[p]
         po = output_len[p]
         at = final_off[rows] + nb_prompt[p]

@@ -81,6 +81,33 @@ def gather_ranges(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.
     return np.arange(total, dtype=np.int64) + shift, offsets
 
 
+def row_chunks(offsets: np.ndarray, max_items: int = 1 << 22) -> list[tuple[int, int]]:
+    """Split CSR rows into consecutive ``(first_row, end_row)`` chunks of about ``max_items`` items.
+
+    Big traces are processed chunk by chunk so temporaries stay a few tens of MB (issue 2, item 9).
+    """
+    n = len(offsets) - 1
+    if n <= 0:
+        return []
+    targets = np.arange(max_items, int(offsets[-1]), max_items)
+    cuts = np.unique(np.concatenate(([0], np.searchsorted(offsets, targets, side="right") - 1, [n])))
+    cuts = cuts[(cuts >= 0) & (cuts <= n)]
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
+
+
+def copy_ranges(
+    dst: np.ndarray, dst_starts: np.ndarray, src: np.ndarray, src_starts: np.ndarray, lens: np.ndarray
+) -> None:
+    """``dst[dst_starts[i]:+lens[i]] = src[src_starts[i]:+lens[i]]`` for all i, in bounded-memory chunks."""
+    lens = np.asarray(lens, dtype=np.int64)
+    csum = np.zeros(len(lens) + 1, dtype=np.int64)
+    np.cumsum(lens, out=csum[1:])
+    for a, b in row_chunks(csum):
+        s_idx, _ = gather_ranges(src_starts[a:b], lens[a:b])
+        d_idx, _ = gather_ranges(dst_starts[a:b], lens[a:b])
+        dst[d_idx] = src[s_idx]
+
+
 @dataclass(frozen=True, eq=False)
 class Trace:
     """A workload: ``requests`` (one row per request, in serving order) and its ``content``.

@@ -13,77 +13,90 @@ from typing import Any
 
 import numpy as np
 
-from traces.pages import block_starts, sequence_pages
-from traces.schema import BlockContent, Trace
+from traces.pages import sequence_pages
+from traces.schema import BlockContent, Trace, row_chunks
 
 #: Default page size for statistics: SGLang's common paged setting for hybrid SWA models.
 DEFAULT_PAGE_SIZE = 64
 
 
-def infinite_cache_matched(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> np.ndarray:
-    """Matched prompt tokens per request under an infinite cache (see module docstring)."""
+def infinite_cache_scan(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> tuple[np.ndarray, int]:
+    """Matched prompt tokens per request under an infinite cache, and the number of distinct pages."""
     if page_size < 1:
         raise ValueError(f"page size must be >= 1, got {page_size}")
     prompt_len = trace.requests["prompt_len"].to_numpy(np.int64)
+    output_len = trace.requests["output_len"].to_numpy(np.int64)
     if isinstance(trace.content, BlockContent):
-        pages = _matched_pages_blocks(
-            trace.content, trace.requests["output_len"].to_numpy(np.int64), page_size
-        )
+        pages, distinct = _block_scan(trace.content, output_len, page_size)
     else:
-        pages = _matched_pages_tokens(trace, page_size)
+        pages, distinct = _token_scan(trace, page_size)
     cap = (prompt_len - 1) // page_size * page_size
-    return np.minimum(pages * page_size, cap)
+    return np.minimum(pages * page_size, cap), distinct
+
+
+def infinite_cache_matched(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> np.ndarray:
+    """Matched prompt tokens per request under an infinite cache (see module docstring)."""
+    return infinite_cache_scan(trace, page_size)[0]
 
 
 def _prefix_sum(values: np.ndarray, full: np.ndarray, offsets: np.ndarray) -> np.ndarray:
     """Per request: sum of ``values`` over the leading units up to and including the first non-full one."""
     counts = np.diff(offsets)
-    bad = (~full).astype(np.int32)
-    csum = np.cumsum(bad, dtype=np.int64)
+    bad = (~full).astype(np.int64)
+    csum = np.cumsum(bad)
     before = csum - bad - np.repeat(np.concatenate(([0], csum))[offsets[:-1]], counts)
     take = before == 0  # no non-full unit before this one in its request
-    out = np.zeros(len(counts), dtype=np.int64)
     req = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
-    np.add.at(out, req[take], values[take])
-    return out
+    return np.bincount(req[take], weights=values[take], minlength=len(counts)).astype(np.int64)
 
 
-def _inserted_lens(content: BlockContent, output_len: np.ndarray) -> np.ndarray:
-    """Tokens of each block that its request leaves in the tree: all but the very last generated token."""
-    ins = content.block_lens.astype(np.int64)
-    rows = np.flatnonzero((output_len > 0) & (np.diff(content.offsets) > 0))
-    ins[content.offsets[rows + 1] - 1] -= 1
-    return ins
+def _block_scan(content: BlockContent, output_len: np.ndarray, page_size: int) -> tuple[np.ndarray, int]:
+    """One pass in row order, chunk by chunk: matched pages per request and the distinct page count.
+
+    ``best[c]`` is the most tokens of chain ``c`` any earlier request left in the tree; inside a chunk,
+    earlier rows of the same chunk are folded in by a sort. Memory: O(chains) + O(chunk).
+    """
+    offsets = content.offsets
+    n_ids = int(content.chain_ids.max(initial=-1)) + 1
+    best = np.zeros(n_ids, dtype=np.int64)  # inserted tokens per chain, over rows already scanned
+    longest = np.zeros(n_ids, dtype=np.int64)  # tokens per chain over all sequences (distinct pages)
+    start_of = np.zeros(n_ids, dtype=np.int64)
+    pages_out = np.zeros(len(offsets) - 1, dtype=np.int64)
+    for a, b in row_chunks(offsets):
+        sl = slice(int(offsets[a]), int(offsets[b]))
+        off = offsets[a : b + 1] - offsets[a]
+        chains = content.chain_ids[sl]
+        lens = content.block_lens[sl].astype(np.int64)
+        csum = np.concatenate(([0], np.cumsum(lens)))
+        starts = csum[:-1] - np.repeat(csum[off[:-1]], np.diff(off))
+        ins = lens.copy()
+        rows = np.flatnonzero((output_len[a:b] > 0) & (np.diff(off) > 0))
+        ins[off[rows + 1] - 1] -= 1  # a finished request leaves prompt + output - 1 tokens
+        order = np.argsort(chains, kind="stable")  # by chain, then row order
+        sc = chains[order]
+        new_group = np.ones(len(sc), dtype=bool)
+        new_group[1:] = sc[1:] != sc[:-1]
+        gid = np.cumsum(new_group) - 1
+        big = int(ins.max(initial=0)) + 1
+        acc = np.maximum.accumulate(gid * big + ins[order]) - gid * big  # running max within chain
+        within = np.zeros(len(order), dtype=np.int64)
+        within[1:] = acc[:-1]
+        within[new_group] = 0
+        earlier = np.empty(len(order), dtype=np.int64)
+        earlier[order] = np.maximum(within, best[sc])
+        last = np.flatnonzero(np.append(new_group[1:], True))  # last (= running max) of each chain
+        best[sc[last]] = np.maximum(best[sc[last]], acc[last])
+        np.maximum.at(longest, chains, lens)
+        start_of[chains] = starts  # a chain id always starts at the same position
+        matched = np.minimum(lens, earlier)
+        pages = (starts + matched) // page_size - starts // page_size
+        pages_out[a:b] = _prefix_sum(pages, matched == lens, off)
+    distinct = int(np.sum((start_of + longest) // page_size - start_of // page_size))
+    return pages_out, distinct
 
 
-def _matched_pages_blocks(content: BlockContent, output_len: np.ndarray, page_size: int) -> np.ndarray:
-    """Block-level computation: memory O(blocks), never O(pages)."""
-    chains = content.chain_ids
-    ins = _inserted_lens(content, output_len)
-    order = np.argsort(chains, kind="stable")  # by chain, then request order
-    sc = chains[order]
-    new_group = np.ones(len(sc), dtype=bool)
-    new_group[1:] = sc[1:] != sc[:-1]
-    del sc
-    gid = np.cumsum(new_group) - 1
-    big = int(ins.max(initial=0)) + 1
-    acc = np.maximum.accumulate(gid * big + ins[order]) - gid * big  # running max within chain
-    seen_before = np.zeros(len(order), dtype=np.int64)
-    seen_before[1:] = acc[:-1]
-    seen_before[new_group] = 0
-    del acc, gid, new_group
-    best_earlier = np.empty(len(order), dtype=np.int64)
-    best_earlier[order] = seen_before
-    del seen_before, order, ins
-    lens = content.block_lens.astype(np.int64)
-    matched = np.minimum(lens, best_earlier)
-    del best_earlier
-    starts = block_starts(content)
-    pages = (starts + matched) // page_size - starts // page_size
-    return _prefix_sum(pages, matched == lens, content.offsets)
-
-
-def _matched_pages_tokens(trace: Trace, page_size: int) -> np.ndarray:
+def _token_scan(trace: Trace, page_size: int) -> tuple[np.ndarray, int]:
+    """Page-level computation for raw-token content (its pages are never more than its tokens)."""
     offsets, ids = sequence_pages(trace.content, page_size)
     n = len(trace)
     counts = np.diff(offsets)
@@ -96,21 +109,12 @@ def _matched_pages_tokens(trace: Trace, page_size: int) -> np.ndarray:
     first = np.full(int(ids.max(initial=-1)) + 1, n, dtype=np.int64)
     np.minimum.at(first, ids[contrib], req[contrib])
     seen = first[ids] < req
-    return _prefix_sum(seen.astype(np.int64), seen, offsets)
+    return _prefix_sum(seen.astype(np.int64), seen, offsets), int(ids.max(initial=-1)) + 1
 
 
 def distinct_pages(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> int:
     """Number of distinct page ids over all sequences (the infinite cache's final size in pages)."""
-    content = trace.content
-    if not isinstance(content, BlockContent):
-        return int(len(np.unique(sequence_pages(content, page_size)[1])))
-    starts = block_starts(content)
-    ends = starts + content.block_lens
-    uniq, first, inv = np.unique(content.chain_ids, return_index=True, return_inverse=True)
-    max_end = np.zeros(len(uniq), dtype=np.int64)
-    np.maximum.at(max_end, inv.reshape(-1), ends)
-    s = starts[first]
-    return int(np.sum(max_end // page_size - s // page_size))
+    return infinite_cache_scan(trace, page_size)[1]
 
 
 def _pct(values: np.ndarray) -> dict[str, float]:
@@ -138,7 +142,7 @@ def trace_stats(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> dict[str, A
     parent = req["parent"].to_numpy(np.int64)
     sessions = req["session_id"].dropna()
     per_session = sessions.value_counts().to_numpy()
-    matched = infinite_cache_matched(trace, page_size)
+    matched, n_distinct = infinite_cache_scan(trace, page_size)
     total_prompt = int(prompt.sum())
     return {
         "source": trace.source,
@@ -158,7 +162,7 @@ def trace_stats(trace: Trace, page_size: int = DEFAULT_PAGE_SIZE) -> dict[str, A
         "turns_per_session": _pct(per_session),
         "max_turn": int(req["turn"].max()) if n else 0,
         "page_size": page_size,
-        "distinct_pages": distinct_pages(trace, page_size),
+        "distinct_pages": n_distinct,
         "infinite_cache_hit_tokens": int(matched.sum()),
         "infinite_cache_hit_rate": (float(matched.sum()) / total_prompt) if total_prompt else 0.0,
         "requests_with_hit": int(np.sum(matched > 0)),
