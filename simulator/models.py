@@ -121,6 +121,24 @@ DEFAULT_MULTIMODAL_ARCHS: frozenset[str] = frozenset(
     }
 )
 
+# configs/model_config.py::_derive_hybrid_model is_hybrid_swa_compress: only these archs build
+# their SWA device pool with the SWA head count / dims (kv_cache_configurator.py::
+# _build_hybrid_swa_kv_pool); other hybrid archs allocate SWA layers with the full-layer geometry.
+HYBRID_SWA_COMPRESS_ARCHS: frozenset[str] = frozenset(
+    {
+        "MiMoV2ForCausalLM",
+        "MiMoV2FlashForCausalLM",
+        "MiMoV2MTP",
+        "Gemma4ForCausalLM",
+        "Gemma4ForConditionalGeneration",
+        "EmbeddingGemma2Model",
+        "InklingForConditionalGeneration",
+        "InklingForConditionalGenerationMTP",
+        "Gemma4UnifiedForConditionalGeneration",
+        "DiffusionGemmaForBlockDiffusion",
+    }
+)
+
 DSV4_ARCHS: frozenset[str] = frozenset(
     {"DeepseekV4ForCausalLM", "DeepseekV4ForCausalLMNextN", "DeepseekV4ForCausalLMDSpark"}
 )
@@ -276,6 +294,13 @@ class ModelSpec:
     def swa_kv_heads_per_rank(self, attn_tp: int) -> int:
         """SWA-layer KV heads per rank (model_config.py::get_swa_num_kv_heads), floored at one."""
         return max(1, self.swa_num_kv_heads // attn_tp)
+
+    @property
+    def swa_pool_uses_swa_geometry(self) -> bool:
+        """Whether SGLang allocates the SWA pool with the SWA heads/dims. Hybrid archs outside the
+        is_hybrid_swa_compress list allocate it with the full-layer geometry (the sizing still
+        prices SWA geometry); our own specs ("custom") are taken at their word."""
+        return self.architecture in HYBRID_SWA_COMPRESS_ARCHS or self.architecture not in HYBRID_SWA_ARCHS
 
     def summary(self) -> dict[str, Any]:
         """Plain-data view for JSON output and docs."""

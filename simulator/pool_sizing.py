@@ -326,9 +326,21 @@ def _size_pools(
 
     max_running = _resolve_max_num_reqs(split.max_total, args, notes)
 
-    full_bytes = (split.full + page) * full_cell if split.full or not args.hybrid_swa else 0
-    swa_bytes = (split.swa + page) * swa_cell if args.hybrid_swa else 0
-    host = _host_pools_mha(split, args, full_cell, swa_cell, full_bytes, swa_bytes, notes)
+    # Allocated bytes: every pool has size + page_size rows per layer (memory_pool.py
+    # MHATokenToKVPool). Non-"compress" hybrid archs allocate SWA layers with the full-layer
+    # geometry (kv_cache_configurator.py::_build_hybrid_swa_kv_pool); the host pools mirror the
+    # device pools' geometry (pool_host/mha.py::get_size_per_token).
+    swa_alloc_cell = swa_cell
+    if args.hybrid_swa and not model.swa_pool_uses_swa_geometry:
+        swa_alloc_cell = f_layer * n_swa
+        if swa_alloc_cell != swa_cell:
+            notes.append(
+                f"{model.architecture} allocates SWA layers with the full-layer geometry "
+                f"({swa_alloc_cell} B/token) although sizing priced {swa_cell} B/token"
+            )
+    full_bytes = (split.full + page) * full_cell if full_cell else 0
+    swa_bytes = (split.swa + page) * swa_alloc_cell if args.hybrid_swa else 0
+    host = _host_pools_mha(split, args, full_cell, swa_alloc_cell, full_bytes, swa_bytes, notes)
 
     return PoolSizes(
         model=model.name,
@@ -356,7 +368,7 @@ def _size_pools(
         host_full_tokens=host[0],
         host_swa_tokens=host[1],
         host_full_bytes=host[0] * full_cell,
-        host_swa_bytes=host[1] * swa_cell,
+        host_swa_bytes=host[1] * swa_alloc_cell,
         memory=memory,
         server_args=args,
         notes=tuple(notes),

@@ -264,3 +264,24 @@ def test_bad_flags(kw, msg):
 def test_budget_must_be_positive():
     with pytest.raises(ConfigError, match="positive"):
         sized(budget=0)
+
+
+def test_non_compress_arch_allocates_swa_with_full_geometry():
+    # kv_cache_configurator.py::_build_hybrid_swa_kv_pool passes SWA heads/dims only for
+    # is_hybrid_swa_compress archs (MiMo-V2, Gemma 4, ...): sizing prices SWA geometry, the
+    # allocation uses the full one.
+    spec = {
+        "name": "odd-gpt-oss",
+        "architecture": "GptOssForCausalLM",
+        "layer_types": ["swa", "full"] * 4,
+        "num_kv_heads": 8,
+        "swa_num_kv_heads": 4,
+        "head_dim": 64,
+        "sliding_window": 127,
+    }
+    p = sized(model=model_from_spec_dict(spec), page_size=64)
+    assert p.swa_bytes_per_token == 4 * 4 * 128 * 2
+    assert p.swa_bytes == (p.swa_tokens + 64) * 4 * 8 * 128 * 2
+    assert any("full-layer geometry" in n for n in p.notes)
+    custom = sized(model=model_from_spec_dict({**spec, "architecture": "custom"}), page_size=64)
+    assert custom.swa_bytes == (custom.swa_tokens + 64) * 4 * 4 * 128 * 2
