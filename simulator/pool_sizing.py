@@ -44,6 +44,8 @@ GIB = 1 << 30
 SWA_EVICTION_INTERVAL = 128
 # env SGLANG_VLM_CACHE_SIZE_MB default (environ.py), reserved out of the KV budget for VLMs.
 VLM_CACHE_SIZE_MB = 100
+# pool_host/base.py::HICACHE_HOST_MEMORY_RESERVE_BYTES.
+HICACHE_HOST_MEMORY_RESERVE = 10 * GIB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,7 +145,7 @@ def compute_pool_sizes(model: ModelSpec, gpu: GpuSpec, server_args: ServerArgs) 
     """Pool sizes for ``model`` on ``gpu`` under ``server_args``, from the GPU memory model."""
     resolved = resolve_server_args(model, gpu, server_args)
     memory = plan_gpu_memory(model, gpu, resolved)
-    return _size_pools(model, resolved, memory.kv_budget_bytes, memory)
+    return _size_pools(model, resolved, memory.kv_budget_bytes, memory, _host_memory(gpu))
 
 
 def compute_pool_sizes_from_budget(
@@ -155,7 +157,13 @@ def compute_pool_sizes_from_budget(
     if kv_budget_bytes <= 0:
         raise ConfigError(f"KV budget must be positive, got {kv_budget_bytes} bytes")
     resolved = resolve_server_args(model, gpu, server_args)
-    return _size_pools(model, resolved, int(kv_budget_bytes), None)
+    return _size_pools(model, resolved, int(kv_budget_bytes), None, _host_memory(gpu))
+
+
+def _host_memory(gpu: GpuSpec | None) -> int | None:
+    if gpu is None or gpu.host_memory_per_node_gb is None:
+        return None
+    return int(gpu.host_memory_per_node_gb * 1e9)
 
 
 def plan_gpu_memory(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedServerArgs) -> GpuMemoryPlan:
@@ -221,7 +229,11 @@ class _Split:
 
 
 def _size_pools(
-    model: ModelSpec, args: ResolvedServerArgs, budget: int, memory: GpuMemoryPlan | None
+    model: ModelSpec,
+    args: ResolvedServerArgs,
+    budget: int,
+    memory: GpuMemoryPlan | None,
+    host_memory: int | None,
 ) -> PoolSizes:
     if model.is_dsv4:
         return _size_dsv4(model, args, budget, memory)
@@ -340,7 +352,10 @@ def _size_pools(
             )
     full_bytes = (split.full + page) * full_cell if full_cell else 0
     swa_bytes = (split.swa + page) * swa_alloc_cell if args.hybrid_swa else 0
-    host = _host_pools_mha(split, args, full_cell, swa_alloc_cell, full_bytes, swa_bytes, notes)
+    hicache_ratio = _auto_size_hicache(args, full_bytes + swa_bytes, host_memory, notes)
+    host = _host_pools_mha(
+        split, args, hicache_ratio, full_cell, swa_alloc_cell, full_bytes, swa_bytes, notes
+    )
 
     return PoolSizes(
         model=model.name,
@@ -364,7 +379,7 @@ def _size_pools(
         full_bytes=full_bytes,
         swa_bytes=swa_bytes,
         max_running_requests=max_running,
-        hicache_ratio=args.hicache_ratio,
+        hicache_ratio=hicache_ratio,
         host_full_tokens=host[0],
         host_swa_tokens=host[1],
         host_full_bytes=host[0] * full_cell,
@@ -424,9 +439,40 @@ def _host_tokens(device_tokens: int, ratio: float, size_gb: float, per_token: in
     return (size // page + 1) * page
 
 
+def _auto_size_hicache(
+    args: ResolvedServerArgs, device_bytes: int, host_memory: int | None, notes: list[str]
+) -> float:
+    """hicache_auto_size.py::auto_size_hicache: without an explicit --hicache-ratio/--hicache-size,
+    lower the default ratio to ``budget x (1 - 0.05) / device_kv_bytes`` where budget =
+    ``(host RAM - 10 GiB) / ranks_per_host x --hicache-host-memory-fraction``. kvplan takes the
+    GPU preset's host DRAM per node as SGLang's available host memory and the TP ranks as the
+    ranks on the host (one server per node); without a host-memory figure the default stands."""
+    ratio = args.hicache_ratio
+    if args.hicache_auto_size_fraction is None or not args.hicache_enabled:
+        return ratio
+    if host_memory is None:
+        notes.append("host RAM unknown: SGLang's HiCache auto-sizing (hicache_auto_size.py) not applied")
+        return ratio
+    per_rank = (host_memory - HICACHE_HOST_MEMORY_RESERVE) // args.tp_size
+    budget = int(per_rank * args.hicache_auto_size_fraction)
+    fitted = min(ratio, budget * (1 - 0.05) / device_bytes)
+    if fitted <= 0:
+        raise ConfigError(
+            "No host memory is left for HiCache after the 10 GiB reserve; "
+            "set --hicache-ratio or --hicache-size explicitly."
+        )
+    if fitted < ratio:
+        notes.append(
+            f"HiCache auto-sizing lowers the ratio {ratio:g} -> {fitted:.3f} to fit "
+            f"{host_memory / 1e9:,.0f} GB host RAM over {args.tp_size} rank(s)"
+        )
+    return fitted
+
+
 def _host_pools_mha(
     split: _Split,
     args: ResolvedServerArgs,
+    ratio: float,
     full_cell: int,
     swa_cell: int,
     full_bytes: int,
@@ -438,7 +484,7 @@ def _host_pools_mha(
     proportion to the device pool bytes (_split_hicache_size)."""
     if not args.hicache_enabled:
         return 0, 0
-    page, ratio, size = args.page_size, args.hicache_ratio, args.hicache_size
+    page, size = args.page_size, args.hicache_size
     if not args.hybrid_swa:
         host_full = _host_tokens(split.full, ratio, size, full_cell, page)
         host_swa = 0
@@ -557,6 +603,12 @@ def _size_dsv4(
         if args.hicache_size > 0:
             raise ConfigError(
                 "DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead."
+            )
+        if args.hicache_auto_size_fraction is not None:
+            # hicache_auto_size.py::_estimate_hicache_bytes has no DeepSeek-V4 pool type.
+            raise ConfigError(
+                "HiCache auto-sizing does not support DeepSeekV4TokenToKVPool; "
+                "set --hicache-ratio or --hicache-size explicitly."
             )
         host_full = int(-(-full // page) * args.hicache_ratio) * page
         host_swa = int(-(-swa // page) * args.hicache_ratio) * page

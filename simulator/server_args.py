@@ -67,6 +67,7 @@ class ServerArgs:
     hicache_ratio: float | None = None
     hicache_size: float = 0.0
     hicache_host_memory_mode: str = "cache"
+    hicache_host_memory_fraction: float = 0.8
 
     def __post_init__(self) -> None:
         if self.tp_size < 1:
@@ -100,6 +101,9 @@ class ServerArgs:
                 "--hicache-host-memory-mode must be 'cache' or 'buffer_only', "
                 f"got {self.hicache_host_memory_mode!r}"
             )
+        if not 0 < self.hicache_host_memory_fraction <= 1:
+            # hicache_hook.py::handle_hicache_ratio_default
+            raise ConfigError("--hicache-host-memory-fraction must be in (0, 1].")
         if self.disable_radix_cache and self.hicache_enabled:
             raise ConfigError("--disable-radix-cache and --enable-hierarchical-cache are mutually exclusive")
 
@@ -130,6 +134,7 @@ class ResolvedServerArgs:
     hicache_enabled: bool
     hicache_ratio: float
     hicache_size: float
+    hicache_auto_size_fraction: float | None
     notes: tuple[str, ...] = field(default=())
 
 
@@ -381,10 +386,12 @@ def resolve_server_args(model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs)
         else:
             hicache_ratio = 1.2 if args.hicache_host_memory_mode == "buffer_only" else 2.0
             if args.hicache_size <= 0:
-                notes.append(
-                    f"hicache_ratio {hicache_ratio} (hicache_hook.py default; SGLang may lower it to fit "
-                    "host RAM via hicache_auto_size.py, which kvplan does not model)"
-                )
+                notes.append(f"hicache_ratio {hicache_ratio} (hicache_hook.py default)")
+    # An explicit --hicache-ratio or --hicache-size turns auto-sizing off (the hook resolves the
+    # fraction to None); otherwise hicache_auto_size.py may lower the default ratio.
+    auto_fraction = None
+    if args.hicache_enabled and args.hicache_ratio is None and args.hicache_size <= 0:
+        auto_fraction = args.hicache_host_memory_fraction
 
     return ResolvedServerArgs(
         tp_size=args.tp_size,
@@ -403,5 +410,6 @@ def resolve_server_args(model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs)
         hicache_enabled=args.hicache_enabled,
         hicache_ratio=hicache_ratio,
         hicache_size=args.hicache_size,
+        hicache_auto_size_fraction=auto_fraction,
         notes=tuple(notes),
     )

@@ -285,3 +285,22 @@ def test_non_compress_arch_allocates_swa_with_full_geometry():
     assert any("full-layer geometry" in n for n in p.notes)
     custom = sized(model=model_from_spec_dict({**spec, "architecture": "custom"}), page_size=64)
     assert custom.swa_bytes == (custom.swa_tokens + 64) * 4 * 4 * 128 * 2
+
+
+def test_hicache_auto_size_lowers_default_ratio():
+    h200 = get_gpu("H200")  # preset: 2,000 GB host DRAM per node
+    p = compute_pool_sizes(GPT_OSS, h200, ServerArgs(tp_size=8, enable_hierarchical_cache=True))
+    per_rank_budget = int((2000e9 - 10 * GIB) // 8 * 0.8)
+    expected = per_rank_budget * 0.95 / (p.full_bytes + p.swa_bytes)
+    assert expected < 2.0 and p.hicache_ratio == pytest.approx(expected)
+    assert p.host_full_tokens == (int(p.full_tokens * expected) // p.page_size + 1) * p.page_size
+    explicit = compute_pool_sizes(GPT_OSS, h200, ServerArgs(tp_size=8, hicache_ratio=2.0))
+    assert explicit.hicache_ratio == 2.0
+
+
+def test_dsv4_hicache_needs_explicit_ratio():
+    dsv4 = get_model("DeepSeek-V4-Flash")
+    with pytest.raises(ConfigError, match="auto-sizing does not support"):
+        compute_pool_sizes_from_budget(dsv4, 50 * GIB, ServerArgs(enable_hierarchical_cache=True))
+    p = compute_pool_sizes_from_budget(dsv4, 50 * GIB, ServerArgs(hicache_ratio=2.0))
+    assert p.host_full_tokens == int(p.full_tokens // 256 * 2.0) * 256
