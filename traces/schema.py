@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 if TYPE_CHECKING:
     from traces.closed_loop import ClosedLoop
@@ -81,7 +82,7 @@ def gather_ranges(starts: np.ndarray, lens: np.ndarray) -> tuple[np.ndarray, np.
     return np.arange(total, dtype=np.int64) + shift, offsets
 
 
-def row_chunks(offsets: np.ndarray, max_items: int = 1 << 22) -> list[tuple[int, int]]:
+def row_chunks(offsets: np.ndarray, max_items: int = 1 << 20) -> list[tuple[int, int]]:
     """Split CSR rows into consecutive ``(first_row, end_row)`` chunks of about ``max_items`` items.
 
     Big traces are processed chunk by chunk so temporaries stay a few tens of MB (issue 2, item 9).
@@ -153,22 +154,41 @@ class Trace:
         return Trace(self.requests.iloc[:n].copy(), self.content.take(rows), self.source, self.closed_loop)
 
 
+_STR = pd.StringDtype("pyarrow")
+
+
+def int_labels(values: np.ndarray) -> pa.Array:
+    """Decimal string labels for integers, built in Arrow (no Python string per row)."""
+    return pa.array(np.asarray(values, dtype=np.int64)).cast(pa.string())
+
+
+def _strings(values: np.ndarray | list | pa.Array | None, n: int) -> pd.api.extensions.ExtensionArray:
+    if values is None:
+        return pd.array(pa.nulls(n, pa.string()), dtype=_STR)
+    if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
+        values = int_labels(values)
+    if isinstance(values, np.ndarray):
+        values = values.tolist()
+    return pd.array(values, dtype=_STR)
+
+
 def make_requests(
-    rid: np.ndarray | list,
+    rid: np.ndarray | list | pa.Array,
     arrival_s: np.ndarray,
     prompt_len: np.ndarray,
     output_len: np.ndarray,
-    session_id: np.ndarray | list | None = None,
+    session_id: np.ndarray | list | pa.Array | None = None,
     turn: np.ndarray | None = None,
     parent: np.ndarray | None = None,
 ) -> pd.DataFrame:
-    """Build the request frame with the canonical column names and dtypes."""
+    """Build the request frame with the canonical column names and dtypes (strings are Arrow-backed;
+    integer arrays given as ``rid``/``session_id`` become their decimal labels)."""
     n = len(prompt_len)
     frame = pd.DataFrame(
         {
-            "rid": pd.array(rid if not isinstance(rid, np.ndarray) else rid.astype(str), dtype="string"),
+            "rid": _strings(rid, n),
             "arrival_s": np.asarray(arrival_s, dtype=np.float64),
-            "session_id": pd.array([None] * n if session_id is None else session_id, dtype="string"),
+            "session_id": _strings(session_id, n),
             "turn": np.zeros(n, np.int32) if turn is None else np.asarray(turn, dtype=np.int32),
             "parent": np.full(n, -1, np.int64) if parent is None else np.asarray(parent, dtype=np.int64),
             "prompt_len": np.asarray(prompt_len, dtype=np.int64),

@@ -58,9 +58,10 @@ def _block_scan(content: BlockContent, output_len: np.ndarray, page_size: int) -
     """
     offsets = content.offsets
     n_ids = int(content.chain_ids.max(initial=-1)) + 1
-    best = np.zeros(n_ids, dtype=np.int64)  # inserted tokens per chain, over rows already scanned
-    longest = np.zeros(n_ids, dtype=np.int64)  # tokens per chain over all sequences (distinct pages)
-    start_of = np.zeros(n_ids, dtype=np.int64)
+    # int32: a block and a position in one sequence are far below 2**31 tokens
+    best = np.zeros(n_ids, dtype=np.int32)  # inserted tokens per chain, over rows already scanned
+    longest = np.zeros(n_ids, dtype=np.int32)  # tokens per chain over all sequences (distinct pages)
+    start_of = np.zeros(n_ids, dtype=np.int32)
     pages_out = np.zeros(len(offsets) - 1, dtype=np.int64)
     for a, b in row_chunks(offsets):
         sl = slice(int(offsets[a]), int(offsets[b]))
@@ -91,7 +92,8 @@ def _block_scan(content: BlockContent, output_len: np.ndarray, page_size: int) -
         matched = np.minimum(lens, earlier)
         pages = (starts + matched) // page_size - starts // page_size
         pages_out[a:b] = _prefix_sum(pages, matched == lens, off)
-    distinct = int(np.sum((start_of + longest) // page_size - start_of // page_size))
+    start64 = start_of.astype(np.int64)
+    distinct = int(np.sum((start64 + longest) // page_size - start64 // page_size))
     return pages_out, distinct
 
 

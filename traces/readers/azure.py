@@ -84,5 +84,5 @@ def read_azure(path: str | Path) -> Trace:
         parent,
         np.zeros(n, dtype=bool),
     )
-    requests = make_requests(lines_a.astype(str), arrival, prompt_len, output_len)
+    requests = make_requests(lines_a, arrival, prompt_len, output_len)
     return Trace(requests, content, source=src)

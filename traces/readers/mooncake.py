@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
@@ -17,7 +19,7 @@ from traces.continuation import ContinuationMode, link_and_build
 from traces.errors import TraceFormatError
 from traces.jsonl import get_field, int_field, iter_json_lines, locate_bad_int, number_field, require_object
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, roots_and_depths
-from traces.schema import Trace, make_requests
+from traces.schema import Trace, int_labels, make_requests
 
 DEFAULT_BLOCK_SIZE = 512
 
@@ -97,9 +99,15 @@ def _assemble(
     del raw
     lens = fixed_block_lens(np.diff(offsets), prompt_len, block_size)
     linked = link_and_build(offsets, chains, lens, n_chains, prompt_len, output_len, block_size, continuation)
-    rid = lines.astype(str)
+    rid = int_labels(lines)
     root, depth = roots_and_depths(linked.parent)
     requests = make_requests(
-        rid, arrival, prompt_len, output_len, session_id=rid[root], turn=depth, parent=linked.parent
+        rid,
+        arrival,
+        prompt_len,
+        output_len,
+        session_id=pc.take(rid, pa.array(root)),
+        turn=depth,
+        parent=linked.parent,
     )
     return Trace(requests, linked.content, source=src)

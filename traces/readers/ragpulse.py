@@ -165,7 +165,7 @@ def _assemble(src, arrival, lines, sessions, prompt_len, output_len, counts, raw
         np.zeros(len(parent), dtype=bool),
     )
     requests = make_requests(
-        lines.astype(str),
+        lines,
         arrival,
         prompt_len,
         output_len,
