@@ -473,8 +473,10 @@ def model_from_spec_dict(data: Mapping[str, Any], *, origin: str = "<spec>") -> 
         d.setdefault("num_layers", len(layer_types))
         d["full_layer_ids"], d["swa_layer_ids"] = full_ids, swa_ids
     num_layers = req_int("num_layers")
-    full_ids = tuple(_as_int(x, "full_layer_ids", origin) for x in d.get("full_layer_ids", range(num_layers)))
     swa_ids = tuple(_as_int(x, "swa_layer_ids", origin) for x in d.get("swa_layer_ids", ()))
+    # Layers not listed as SWA are full unless full_layer_ids says otherwise.
+    default_full = [i for i in range(num_layers) if i not in set(swa_ids)]
+    full_ids = tuple(_as_int(x, "full_layer_ids", origin) for x in d.get("full_layer_ids", default_full))
 
     weight = d.pop("weight_bytes", None)
     if "weight_gb" in d:

@@ -337,3 +337,17 @@ def test_own_spec_errors(tmp_path: Path):
         load_model(str(bad))
     with pytest.raises(ConfigError, match="not found"):
         load_model(str(tmp_path / "missing.json"))
+
+
+def test_own_spec_swa_ids_only():
+    m = model_from_spec_dict(
+        {
+            "name": "x",
+            "num_layers": 4,
+            "swa_layer_ids": [0, 1],
+            "num_kv_heads": 2,
+            "head_dim": 8,
+            "sliding_window": 16,
+        }
+    )
+    assert m.full_layer_ids == (2, 3)
