@@ -182,8 +182,8 @@ def _resolve_page_size(
     (_fa4_page_constraint: FA4 on SM100 non-MLA -> 128; _mla_backend_page_constraints: trtllm_mha
     -> 64 unless in {16, 32, 64, 128}); DeepSeek-V4 is forced to 256 by its model override."""
     if model.is_dsv4:
-        if requested not in (None, 256):
-            notes.append(f"page_size {requested} -> 256 (model_overrides/deepseek_v4.py forces 256 on CUDA)")
+        was = "" if requested is None else f"{requested} -> "
+        notes.append(f"page_size {was}256 (model_overrides/deepseek_v4.py forces 256 on CUDA)")
         return 256
     page = 1 if requested is None else requested
     if requested is None:
