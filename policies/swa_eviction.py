@@ -1,0 +1,96 @@
+"""Decode-time SWA eviction policies: when a decoding request frees SWA behind its window.
+
+SGLang runs this in ``ScheduleBatch.maybe_evict_swa`` before every decode allocation
+(managers/schedule_batch.py). Each policy reproduces one version's trigger and freeing rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from policies.registry import Registry
+from simulator.swa_window import free_out_of_window_0523, free_out_of_window_legacy
+
+SWA_EVICTION: Registry = Registry("SWA eviction")
+
+DEFAULT_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+
+
+@dataclass
+class DecodeContext:
+    """What a policy may read at one decode step of one request."""
+
+    window: int
+    page_size: int
+    allocator: object
+    forward_iter: int
+
+
+class SWAEvictionPolicy:
+    """Protocol: ``on_decode(req, ctx) -> SWA tokens freed``; called before the step's alloc."""
+
+    name = "base"
+
+    def on_decode(self, req, ctx: DecodeContext) -> int:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@SWA_EVICTION.register("none", "keep a request's SWA until it finishes (before PR 17220)")
+class NoDecodeEviction(SWAEvictionPolicy):
+    name = "none"
+
+    def on_decode(self, req, ctx: DecodeContext) -> int:
+        return 0
+
+
+@SWA_EVICTION.register("window", "PR 17220 as merged: every W decode steps free down to pre_len - W")
+class WindowEviction(SWAEvictionPolicy):
+    """0.5.9: trigger ``decode_batch_idx % W == 1``; keep W tokens (page-floored)."""
+
+    name = "window"
+
+    def on_decode(self, req, ctx: DecodeContext) -> int:
+        if req.decode_batch_idx % ctx.window != 1:
+            return 0
+        return free_out_of_window_legacy(
+            req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator
+        )
+
+
+@SWA_EVICTION.register(
+    "iteration", "SGLang 0.5.15: every `interval` forward iterations once decode_batch_idx >= 1"
+)
+class IterationEviction(SWAEvictionPolicy):
+    """Batch-synchronous cadence: ``forward_iter % interval == 0``; keep max(W, page)."""
+
+    name = "iteration"
+
+    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+        self.interval = max(1, interval)
+
+    def on_decode(self, req, ctx: DecodeContext) -> int:
+        if ctx.forward_iter % self.interval != 0 or req.decode_batch_idx < 1:
+            return 0
+        margin = max(ctx.window, ctx.page_size)
+        return free_out_of_window_legacy(req, req.seqlen - 1, margin, ctx.page_size, ctx.allocator)
+
+
+@SWA_EVICTION.register(
+    "interval", "SGLang 0.5.23 (default): free once `interval` tokens slid out of the window"
+)
+class IntervalEviction(SWAEvictionPolicy):
+    """Per request: ``seqlen - 1 - W >= swa_evicted_seqlen + interval`` (``_swa_eviction_trigger``)."""
+
+    name = "interval"
+
+    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+        self.interval = max(1, interval)
+
+    def on_decode(self, req, ctx: DecodeContext) -> int:
+        if req.decode_batch_idx < 1:
+            return 0
+        if req.seqlen - 1 - ctx.window < req.swa_evicted_seqlen + self.interval:
+            return 0
+        return free_out_of_window_0523(
+            req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator, eviction_interval=1
+        )

@@ -1,0 +1,208 @@
+"""Cache-only replay: serve requests one at a time through the SWA radix cache.
+
+This is SGLang's scheduler with batch size 1, no chunked prefill and no overlap, exactly as the
+oracle drives SGLang's own classes (../shared/oracle): match, lock, allocate the uncached
+prompt (evicting through the tree when short), the first output token from prefill, checkpoint
+if unfinished else release, then one decode step per further output token (SWA-eviction policy,
+then one slot), and release when the last output token is produced.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from policies.eviction_order import EVICTION_ORDERS
+from policies.swa_eviction import SWA_EVICTION, DecodeContext
+from policies.tombstone import TOMBSTONING
+from simulator.errors import ConfigError
+from simulator.invariants import check_invariants
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.radix.cache import make_cache
+from simulator.request_kv import ReqKV
+
+
+@dataclass(frozen=True)
+class CacheReplayConfig:
+    """Allocator sizes in tokens (SGLang's ``size`` / ``size_swa``) and the policies by name."""
+
+    page_size: int = 1
+    full_tokens: int = 4096
+    swa_tokens: int = 1024
+    window: int = 128
+    swa_eviction: str = "interval"
+    tombstone: str = "unified"
+    eviction_policy: str = "lru"
+    swa_eviction_interval: int = 128
+    check_invariants: bool = False
+    # Where ``after_prefill_checkpoint`` is read: the 0.5.23 oracle driver reads it inside the
+    # prefill result's free group (frees not yet returned), the 0.5.15 driver after it. None
+    # follows the tombstoning generation, so records line up with the matching oracle.
+    checkpoint_sizes_in_free_group: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.window <= 0:
+            raise ConfigError(f"window must be positive, got {self.window}")
+        # validate_swa_pool_size (model_executor/pool_configurator.py)
+        if self.window + self.page_size >= self.swa_tokens:
+            raise ConfigError(
+                f"SWA pool of {self.swa_tokens} tokens cannot hold sliding window {self.window} "
+                f"+ page {self.page_size}"
+            )
+
+
+@dataclass
+class WorkloadRequest:
+    """One request of a cache-only workload: page ids of prompt ++ output, and the lengths."""
+
+    rid: str
+    pages: np.ndarray
+    prompt_len: int
+    output_len: int
+
+
+@dataclass
+class ReplayResult:
+    records: list[dict]
+    tree_stats: dict
+    counters: dict
+    evictions: dict
+    final_sizes: dict
+    summary: dict = field(default_factory=dict)
+
+
+def token_pages(
+    seqs: Sequence[np.ndarray], page_size: int
+) -> list[np.ndarray]:
+    """Page ids for raw token sequences: a page's id names its token content.
+
+    The tree compares keys page by page from the root, so content ids along a path are
+    equivalent to comparing the tokens themselves.
+    """
+    if page_size == 1:
+        return [np.asarray(s, dtype=np.int64) for s in seqs]
+    rows = []
+    counts = []
+    for s in seqs:
+        s = np.asarray(s, dtype=np.int64)
+        n = len(s) // page_size
+        rows.append(s[: n * page_size].reshape(n, page_size))
+        counts.append(n)
+    if not rows or sum(counts) == 0:
+        return [np.empty(0, np.int64) for _ in seqs]
+    allrows = np.concatenate(rows)
+    _, ids = np.unique(allrows, axis=0, return_inverse=True)
+    ids = ids.reshape(-1).astype(np.int64)
+    out, start = [], 0
+    for n in counts:
+        out.append(ids[start : start + n])
+        start += n
+    return out
+
+
+def requests_from_tokens(
+    reqs: Iterable[tuple[str, Sequence[int], Sequence[int]]], page_size: int
+) -> list[WorkloadRequest]:
+    reqs = list(reqs)
+    seqs = [np.concatenate([np.asarray(i, np.int64), np.asarray(o, np.int64)]) for _, i, o in reqs]
+    pages = token_pages(seqs, page_size)
+    return [
+        WorkloadRequest(rid, pg, len(i), len(o)) for (rid, i, o), pg in zip(reqs, pages, strict=True)
+    ]
+
+
+def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> ReplayResult:
+    """Serve ``workload`` in order; return per-request records and the end state."""
+    tomb = TOMBSTONING.create(cfg.tombstone)
+    order = EVICTION_ORDERS.create(cfg.eviction_policy)
+    swa_kwargs = {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
+    swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **swa_kwargs)
+    allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
+    cache = make_cache(tomb, allocator, cfg.window, order)
+    check = cfg.check_invariants
+    in_group_snapshot = cfg.checkpoint_sizes_in_free_group
+    if in_group_snapshot is None:
+        in_group_snapshot = tomb.generation == "unified"
+    forward_iter = 0
+    records: list[dict] = []
+
+    for w in workload:
+        if w.output_len < 1 or w.prompt_len < 1:
+            raise ConfigError(f"request {w.rid}: prompt and output must be non-empty")
+        req = ReqKV(rid=w.rid, pages=w.pages, prompt_len=w.prompt_len, output_len=w.output_len)
+        ev0 = (cache.evictions.calls, cache.evictions.full_evicted, cache.evictions.swa_evicted)
+        running = (req,)
+        cache.match(req)
+        rec: dict = dict(rid=w.rid, prompt_len=w.prompt_len, prefix_len=req.prefix_len, answer_len=w.output_len)
+        rec["after_match"] = cache.sizes()
+        cache.lock_prefix(req)
+        if check:
+            check_invariants(cache, ())
+        cache.alloc_for_extend(req)
+        forward_iter += 1
+        rec["after_prefill_alloc"] = cache.sizes()
+        if check:
+            check_invariants(cache, running)
+        req.num_outputs = 1
+        # batch_result_processor: the prefill result's frees form one group
+        allocator.free_group_begin()
+        if req.num_outputs >= req.output_len:
+            cache.release(req)
+        else:
+            cache.checkpoint(req, req.prompt_len, finished=False)
+        if in_group_snapshot:
+            rec["after_prefill_checkpoint"] = cache.sizes()
+        allocator.free_group_end()
+        if not in_group_snapshot:
+            rec["after_prefill_checkpoint"] = cache.sizes()
+        rec["cache_protected_len_after_checkpoint"] = req.cache_protected_len
+        if check:
+            check_invariants(cache, running if req.holds_kv else ())
+        while req.holds_kv:
+            if cache.decode_memory_check:
+                cache.check_decode_mem(req)
+            swa_policy.on_decode(
+                req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter)
+            )
+            cache.alloc_for_decode(req)
+            forward_iter += 1
+            req.num_outputs += 1
+            if req.num_outputs >= req.output_len:
+                allocator.free_group_begin()
+                rec["before_release"] = cache.sizes()
+                cache.release(req)
+                allocator.free_group_end()
+            if check:
+                check_invariants(cache, running if req.holds_kv else ())
+        rec["after_release"] = cache.sizes()
+        rec["evict_calls"] = cache.evictions.calls - ev0[0]
+        rec["full_evicted"] = cache.evictions.full_evicted - ev0[1]
+        rec["swa_evicted"] = cache.evictions.swa_evicted - ev0[2]
+        rec["cached_tokens"] = req.cached_tokens
+        records.append(rec)
+
+    prompt_total = sum(r["prompt_len"] for r in records)
+    hit_total = sum(r["prefix_len"] for r in records)
+    stats = cache.tree.stats()
+    counters = dict(vars(cache.tree.counters))
+    summary = dict(
+        requests=len(records),
+        total_prompt_tokens=prompt_total,
+        total_prefix_hit_tokens=hit_total,
+        hit_rate=hit_total / prompt_total if prompt_total else 0.0,
+        tree=stats,
+        counters=counters,
+        evictions=dict(vars(cache.evictions)),
+        final_sizes=cache.sizes(),
+        config=dict(vars(cfg)) if hasattr(cfg, "__dict__") else {},
+    )
+    return ReplayResult(records, stats, counters, dict(vars(cache.evictions)), cache.sizes(), summary)
+
+
+def replay_requests(
+    requests: Iterable[tuple[str, Sequence[int], Sequence[int]]], cfg: CacheReplayConfig
+) -> ReplayResult:
+    """Replay raw-token requests ``(rid, input_ids, output_ids)`` (the oracle's JSONL format)."""
+    return replay(requests_from_tokens(requests, cfg.page_size), cfg)

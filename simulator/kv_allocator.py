@@ -1,0 +1,124 @@
+"""Page-count model of SGLang's ``SWATokenToKVPoolAllocator`` (srt/mem_cache/allocator/swa.py).
+
+SGLang keeps two independent paged allocators, one for the full-attention pool and one for the
+SWA pool, and charges *both* for every newly computed token. The cache decisions only depend on
+how many pages are free in each, never on which physical slot a token landed in, so we keep two
+counters of free pages instead of slot tensors. Page 0 of each pool is SGLang's padding sink and
+is never handed out, so a pool of ``size`` tokens has ``size // page_size`` usable pages
+(``PagedTokenToKVPoolAllocator``: free pages ``1..num_pages``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulator.errors import ConfigError
+
+
+@dataclass
+class AllocatorStats:
+    """Cumulative page traffic, for counters and the GPU replay op log."""
+
+    full_pages_allocated: int = 0
+    swa_pages_allocated: int = 0
+    full_pages_freed: int = 0
+    swa_pages_freed: int = 0
+
+
+@dataclass
+class SWAKVAllocator:
+    """Free-page counters of the full and the SWA pool, in SGLang's token units.
+
+    ``full_tokens`` / ``swa_tokens`` are the allocator sizes (``size`` / ``size_swa``).
+    """
+
+    full_tokens: int
+    swa_tokens: int
+    page_size: int = 1
+    stats: AllocatorStats = field(default_factory=AllocatorStats)
+
+    def __post_init__(self) -> None:
+        if self.page_size < 1:
+            raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
+        if self.full_tokens < self.page_size or self.swa_tokens < self.page_size:
+            raise ConfigError(
+                f"pools must hold at least one page: full={self.full_tokens}, "
+                f"swa={self.swa_tokens}, page_size={self.page_size}"
+            )
+        self.full_pages = self.full_tokens // self.page_size
+        self.swa_pages = self.swa_tokens // self.page_size
+        self.full_free = self.full_pages
+        self.swa_free = self.swa_pages
+        # free_group_begin/end: frees are held back and become available at the group's end
+        self._in_group = False
+        self._pending_full = 0
+        self._pending_swa = 0
+
+    # -- sizes, as SGLang reports them (tokens) --------------------------------------------
+    @property
+    def full_capacity(self) -> int:
+        return self.full_pages * self.page_size
+
+    @property
+    def swa_capacity(self) -> int:
+        return self.swa_pages * self.page_size
+
+    def full_available_size(self) -> int:
+        return self.full_free * self.page_size
+
+    def swa_available_size(self) -> int:
+        return self.swa_free * self.page_size
+
+    def available_size(self) -> int:
+        # SWATokenToKVPoolAllocator.available_size: min of both pools.
+        return min(self.full_available_size(), self.swa_available_size())
+
+    # -- allocation: both pools move in step (alloc_extend / alloc_decode) -------------------
+    def can_alloc_pages(self, n: int) -> bool:
+        # SWATokenToKVPoolAllocator.new_pages_available
+        return n <= self.full_free and n <= self.swa_free
+
+    def alloc_pages(self, n: int) -> None:
+        assert n >= 0 and self.can_alloc_pages(n), (n, self.full_free, self.swa_free)
+        self.full_free -= n
+        self.swa_free -= n
+        self.stats.full_pages_allocated += n
+        self.stats.swa_pages_allocated += n
+
+    # -- frees (free_full_segment / free_swa_segment / free) -------------------------------
+    def free_full_pages(self, n: int) -> None:
+        assert n >= 0
+        self.stats.full_pages_freed += n
+        if self._in_group:
+            self._pending_full += n
+            return
+        self.full_free += n
+        assert self.full_free <= self.full_pages, "full pool over-freed"
+
+    def free_swa_pages(self, n: int) -> None:
+        assert n >= 0
+        self.stats.swa_pages_freed += n
+        if self._in_group:
+            self._pending_swa += n
+            return
+        self.swa_free += n
+        assert self.swa_free <= self.swa_pages, "SWA pool over-freed"
+
+    # -- batching (SWATokenToKVPoolAllocator.free_group_begin / free_group_end) --------------
+    def free_group_begin(self) -> None:
+        """The scheduler groups the frees of one batch's result processing."""
+        assert not self._in_group, "nested free group"
+        self._in_group = True
+
+    def free_group_end(self) -> None:
+        self._in_group = False
+        full, swa = self._pending_full, self._pending_swa
+        self._pending_full = self._pending_swa = 0
+        self.free_full_pages(full)
+        self.free_swa_pages(swa)
+        self.stats.full_pages_freed -= full  # counted when issued
+        self.stats.swa_pages_freed -= swa
+
+    @property
+    def pending_free_tokens(self) -> tuple[int, int]:
+        return self._pending_full * self.page_size, self._pending_swa * self.page_size

@@ -1,0 +1,273 @@
+"""The cache controller: what SGLang's scheduler calls on the prefix cache for one request.
+
+Match, allocation for extend and decode (with eviction through the tree when a pool is short),
+checkpoint of unfinished requests and release of finished ones, in both tree generations.
+Paths are relative to ``python/sglang/srt/``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from simulator.errors import KvplanError
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.radix.legacy import LegacySWARadixTree
+from simulator.radix.unified import UnifiedSWARadixTree
+from simulator.request_kv import ReqKV, floor_page
+from simulator.swa_window import free_out_of_window_0523
+
+SIZE_KEYS = (
+    "full_evictable",
+    "full_protected",
+    "swa_evictable",
+    "swa_protected",
+    "full_available",
+    "swa_available",
+)
+
+
+class OutOfMemory(KvplanError):
+    """An allocation that cannot be met even after evicting everything evictable."""
+
+
+@dataclass
+class EvictionLog:
+    """Mirrors the oracle's pass-through counter around ``evict_for_alloc``."""
+
+    calls: int = 0
+    full_requested: int = 0
+    swa_requested: int = 0
+    full_evicted: int = 0
+    swa_evicted: int = 0
+
+
+class SWARadixCache:
+    """Shared controller logic; subclasses bind a tree generation."""
+
+    tree: UnifiedSWARadixTree | LegacySWARadixTree
+    decode_memory_check = False
+
+    def __init__(self, allocator: SWAKVAllocator, window: int) -> None:
+        self.allocator = allocator
+        self.page_size = allocator.page_size
+        self.window = window
+        self.evictions = EvictionLog()
+
+    # ------------------------------------------------------------ sizes
+    def sizes(self) -> dict[str, int]:
+        t, a = self.tree, self.allocator
+        return dict(
+            full_evictable=t.full_evictable,
+            full_protected=t.full_protected,
+            swa_evictable=t.swa_evictable,
+            swa_protected=t.swa_protected,
+            full_available=a.full_available_size(),
+            swa_available=a.swa_available_size(),
+        )
+
+    # ------------------------------------------------------------ eviction
+    def _evict(self, full_shortfall: int, swa_shortfall: int):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evict_to_free_tokens(self, num_tokens: int) -> None:
+        """``SWATokenToKVPoolAllocator.evict_to_free_tokens`` / 0.5.15 ``evict_from_tree_cache``."""
+        a = self.allocator
+        full_short = max(0, num_tokens - a.full_available_size())
+        swa_short = max(0, num_tokens - a.swa_available_size())
+        if full_short or swa_short:
+            res = self._evict(full_short, swa_short)
+            log = self.evictions
+            log.calls += 1
+            log.full_requested += full_short
+            log.swa_requested += swa_short
+            log.full_evicted += res.full_evicted
+            log.swa_evicted += res.swa_evicted
+
+    # ------------------------------------------------------------ match and allocation
+    def match(self, req: ReqKV) -> None:
+        """``common.py:match_kv_cache``: key = prompt (+ outputs), capped at len - 1, page-floored."""
+        fill_len = req.prompt_len + req.num_outputs
+        req.fill_len = fill_len  # Req.fill_ids lags output_ids until the next decode prepare
+        limit = max(0, fill_len - 1)
+        n_pages = limit // self.page_size
+        result = self.tree.match_prefix(req.pages[:n_pages])
+        req.prefix_len = result.device_prefix_len
+        req.last_node = result.last_node
+        req.swa_branching_seqlen = result.swa_branching_seqlen
+
+    def lock_prefix(self, req: ReqKV) -> None:
+        """``PrefillAdder._commit_prefill_admission``: ``req.lock = tree.lock(req.last_node)``."""
+        req.lock = self.tree.lock(req.last_node)
+
+    def alloc_for_extend(self, req: ReqKV) -> None:
+        """``mem_cache/allocation.py:alloc_for_extend`` for a batch of one, no chunking."""
+        p = self.page_size
+        seq_len = req.prompt_len + req.num_outputs
+        extend = seq_len - req.prefix_len
+        # alloc_paged_token_slots_extend over-estimates one page per request
+        self.evict_to_free_tokens(extend + p if p > 1 else extend)
+        pages = -(-seq_len // p) - (-(-req.prefix_len // p))
+        if not self.allocator.can_alloc_pages(pages):
+            raise OutOfMemory(
+                f"prefill out of memory for {req.rid}: need {pages * p} tokens, "
+                f"available full={self.allocator.full_available_size()} "
+                f"swa={self.allocator.swa_available_size()}"
+            )
+        self.allocator.alloc_pages(pages)
+        req.kv_allocated_len = seq_len
+        req.cache_protected_len = req.prefix_len
+        req.holds_kv = True
+        req.cached_tokens += req.prefix_len
+
+    def check_decode_mem(self, req: ReqKV) -> bool:
+        """``ScheduleBatch.check_decode_mem`` -> ``check_decode_capacity`` (0.5.23)."""
+        p = self.page_size
+        need = p if req.kv_allocated_len % p == 0 else 0
+        self.evict_to_free_tokens(need)
+        return self.allocator.available_size() >= need
+
+    def alloc_for_decode(self, req: ReqKV) -> None:
+        """``alloc_for_decode_default`` after ``maybe_evict_swa``: one slot, evict when short."""
+        p = self.page_size
+        self.evict_to_free_tokens(p)  # bs * page_size (or bs tokens at page_size 1)
+        if req.kv_allocated_len % p == 0:
+            if not self.allocator.can_alloc_pages(1):
+                raise OutOfMemory(
+                    f"decode out of memory for {req.rid} at seqlen {req.kv_allocated_len}: "
+                    f"available full={self.allocator.full_available_size()} "
+                    f"swa={self.allocator.swa_available_size()}"
+                )
+            self.allocator.alloc_pages(1)
+        req.kv_allocated_len += 1
+        req.decode_batch_idx += 1
+
+    def _free_row_range(self, req: ReqKV, start: int, end: int) -> None:
+        """Free the request's private slots ``[start, end)``; below its SWA cursor FULL only."""
+        if end <= start:
+            return
+        p = self.page_size
+        pages = -(-end // p) - start // p
+        dead_lo = req.swa_dead_lo(p)
+        dead_hi = max(req.swa_evicted_seqlen, dead_lo)
+        lo = min(max(dead_lo, start), end)
+        hi = min(max(dead_hi, start), end)
+        dead_pages = (hi - lo) // p if hi > lo else 0
+        self.allocator.free_full_pages(pages)
+        self.allocator.free_swa_pages(pages - dead_pages)
+
+    def release_without_insert(self, req: ReqKV) -> None:
+        """``release_kv_cache(checkpoint=False)``: retraction / abort, nothing enters the tree."""
+        self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
+        self.tree.unlock(req.lock)
+        req.lock = None
+        req.holds_kv = False
+
+    def private_tokens(self, req: ReqKV) -> tuple[int, int]:
+        """(FULL, SWA) tokens the request holds outside the tree (invariants 10 and 11)."""
+        return req.private_full_tokens(self.page_size), req.private_swa_tokens(self.page_size)
+
+
+class UnifiedSWACache(SWARadixCache):
+    """``UnifiedRadixCache`` (mem_cache/unified_radix_cache.py) with FULL + SWA components."""
+
+    decode_memory_check = True
+
+    def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order) -> None:
+        super().__init__(allocator, window)
+        self.tree = UnifiedSWARadixTree(allocator.page_size, window, allocator, eviction_order)
+
+    def _evict(self, full_shortfall: int, swa_shortfall: int):
+        return self.tree.evict_for_alloc(full_shortfall, swa_shortfall)
+
+    def _free_out_of_window(self, req: ReqKV, pre_len: int) -> None:
+        free_out_of_window_0523(req, pre_len, self.window, self.page_size, self.allocator, 1)
+
+    def checkpoint(self, req: ReqKV, up_to: int, finished: bool) -> None:
+        """``UnifiedRadixCache.checkpoint_into_tree``: insert, re-point the row, move the lock."""
+        p = self.page_size
+        effective = up_to
+        branching = None
+        br = req.swa_branching_seqlen
+        # SWAComponent.prepare_for_caching_req: first insert stops at the SWA branching point
+        if br is not None and br > req.cache_protected_len and br <= up_to:
+            effective = br
+            branching = br
+        if not finished:
+            # SGLANG_OPT_UNIFIED_CACHE_FREE_OUT_OF_WINDOW_SLOTS: free the chunk's old SWA first
+            self._free_out_of_window(req, effective - 1)
+        if effective <= 0:
+            return
+        aligned = floor_page(effective, p)
+        _, target = self.tree.insert(
+            req.pages[: aligned // p],
+            req.cache_protected_len,
+            req.cache_inserted_len,
+            req.swa_evicted_seqlen,
+        )
+        req.cache_inserted_len = max(req.cache_inserted_len, aligned)
+        self.tree.unlock(req.lock)
+        req.lock = self.tree.lock(target)
+        req.cache_protected_len = aligned
+        req.last_node = target
+        # SWAComponent.cleanup_after_caching_req
+        if branching is not None and aligned >= branching:
+            req.swa_branching_seqlen = None
+            if not finished:
+                self._free_out_of_window(req, req.fill_len - 1)
+
+    def release(self, req: ReqKV) -> None:
+        """``common.py:release_kv_cache(checkpoint=True)`` for a finished request."""
+        owned = req.kv_allocated_len
+        self.checkpoint(req, owned, finished=True)
+        self._free_row_range(req, req.cache_protected_len, owned)
+        self.tree.unlock(req.lock)
+        req.lock = None
+        req.holds_kv = False
+
+
+class LegacySWACache(SWARadixCache):
+    """``SWARadixCache`` of 0.5.9-0.5.15 (mem_cache/swa_radix_cache.py)."""
+
+    def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order=None) -> None:
+        super().__init__(allocator, window)
+        self.tree = LegacySWARadixTree(allocator.page_size, window, allocator, eviction_order)
+
+    def _evict(self, full_shortfall: int, swa_shortfall: int):
+        return self.tree.evict(full_shortfall, swa_shortfall)
+
+    def checkpoint(self, req: ReqKV, up_to: int, finished: bool = False) -> None:
+        """``SWARadixCache.cache_unfinished_req``: insert without a cursor, re-match, re-lock."""
+        p = self.page_size
+        aligned = floor_page(up_to, p)
+        key = req.pages[: aligned // p]
+        self.tree.insert(key, req.cache_protected_len, 0)
+        result = self.tree.match_prefix(key)
+        assert result.device_prefix_len >= req.cache_protected_len
+        # the re-match covers the whole insert (it healed every tombstone past the prefix)
+        assert result.device_prefix_len == aligned, (result.device_prefix_len, aligned)
+        req.cache_protected_len = result.device_prefix_len
+        self.tree.unlock(req.lock)
+        req.lock = self.tree.lock(result.last_node)
+        req.last_node = result.last_node
+
+    def release(self, req: ReqKV) -> None:
+        """``SWARadixCache.cache_finished_req``: insert with the cursor, free the tail, unlock."""
+        p = self.page_size
+        owned = req.kv_allocated_len
+        aligned = floor_page(owned, p)
+        self.tree.insert(req.pages[: aligned // p], req.cache_protected_len, req.swa_evicted_seqlen)
+        # kv_indices[page_aligned_len:] -> free(): FULL and SWA of the partial tail page
+        self._free_row_range(req, max(aligned, req.cache_protected_len), owned)
+        req.cache_protected_len = aligned
+        self.tree.unlock(req.lock)
+        req.lock = None
+        req.holds_kv = False
+
+
+def make_cache(tombstone_policy, allocator: SWAKVAllocator, window: int, eviction_order):
+    """Build the controller for a tombstoning policy (``policies.tombstone``)."""
+    if tombstone_policy.generation == "unified":
+        return UnifiedSWACache(allocator, window, eviction_order)
+    if tombstone_policy.generation == "legacy":
+        return LegacySWACache(allocator, window, eviction_order)
+    raise KvplanError(f"unknown tree generation {tombstone_policy.generation!r}")

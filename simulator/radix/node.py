@@ -1,0 +1,175 @@
+"""Tree nodes and the intrusive LRU list shared by both tree generations."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class TreeNode:
+    """One radix-tree node: a run of whole pages with FULL and (maybe) SWA KV on device.
+
+    ``key`` holds page ids (token ids when page_size == 1); ``length`` is in tokens.
+    A node always has FULL KV on device (no HiCache tier yet); ``swa`` is False for an
+    SWA tombstone. ``swa_uuid`` is the boundary receipt of a window lock (SGLang keeps it in
+    ``component_data[SWA].metadata["uuid"]``).
+    """
+
+    __slots__ = (
+        "id",
+        "parent",
+        "children",
+        "key",
+        "length",
+        "swa",
+        "full_lock",
+        "swa_lock",
+        "swa_uuid",
+        "last_access_time",
+        "creation_time",
+        "hit_count",
+        "priority",
+        "lru_prev",
+        "lru_next",
+        "full_prev",
+        "full_next",
+        "in_swa_lru",
+        "in_full_lru",
+    )
+
+    def __init__(self, node_id: int, key: np.ndarray, length: int, priority: int = 0) -> None:
+        self.id = node_id
+        self.parent: TreeNode | None = None
+        self.children: dict[int, TreeNode] = {}
+        self.key = key
+        self.length = length
+        self.swa = False
+        self.full_lock = 0
+        self.swa_lock = 0
+        self.swa_uuid: int | None = None
+        self.last_access_time = 0.0
+        self.creation_time = 0.0
+        self.hit_count = 0
+        self.priority = priority
+        self.lru_prev: TreeNode | None = None
+        self.lru_next: TreeNode | None = None
+        self.full_prev: TreeNode | None = None
+        self.full_next: TreeNode | None = None
+        self.in_swa_lru = False
+        self.in_full_lru = False
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (
+            f"TreeNode(id={self.id}, len={self.length}, swa={self.swa}, "
+            f"locks=({self.full_lock},{self.swa_lock}), children={len(self.children)})"
+        )
+
+
+class LRUList:
+    """Doubly linked LRU list with sentinels; head side = most recently used.
+
+    Mirrors SGLang's ``LRUList`` (unified_tree_core.py and legacy swa_radix_cache.py): the
+    eviction walk starts at the tail and skips nodes whose lock counter is positive.
+    ``kind`` selects which pointer pair and lock counter the list uses ("swa" or "full").
+    """
+
+    def __init__(self, kind: str) -> None:
+        assert kind in ("swa", "full")
+        self.kind = kind
+        self.head = TreeNode(-1, np.empty(0, np.int64), 0)
+        self.tail = TreeNode(-2, np.empty(0, np.int64), 0)
+        self._prev_attr = "lru_prev" if kind == "swa" else "full_prev"
+        self._next_attr = "lru_next" if kind == "swa" else "full_next"
+        self._flag = "in_swa_lru" if kind == "swa" else "in_full_lru"
+        self._lock = "swa_lock" if kind == "swa" else "full_lock"
+        setattr(self.head, self._next_attr, self.tail)
+        setattr(self.tail, self._prev_attr, self.head)
+        self.size = 0
+
+    def in_list(self, node: TreeNode | None) -> bool:
+        return node is not None and getattr(node, self._flag)
+
+    def _link_after(self, prev: TreeNode, node: TreeNode) -> None:
+        nxt = getattr(prev, self._next_attr)
+        setattr(node, self._prev_attr, prev)
+        setattr(node, self._next_attr, nxt)
+        setattr(nxt, self._prev_attr, node)
+        setattr(prev, self._next_attr, node)
+
+    def _unlink(self, node: TreeNode) -> None:
+        prev = getattr(node, self._prev_attr)
+        nxt = getattr(node, self._next_attr)
+        setattr(prev, self._next_attr, nxt)
+        setattr(nxt, self._prev_attr, prev)
+        setattr(node, self._prev_attr, None)
+        setattr(node, self._next_attr, None)
+
+    def insert_mru(self, node: TreeNode) -> None:
+        assert not getattr(node, self._flag)
+        setattr(node, self._flag, True)
+        self.size += 1
+        self._link_after(self.head, node)
+
+    def insert_after(self, prev: TreeNode, node: TreeNode) -> None:
+        """Place ``node`` just behind ``prev`` (i.e. slightly less recently used)."""
+        assert getattr(prev, self._flag) and not getattr(node, self._flag)
+        setattr(node, self._flag, True)
+        self.size += 1
+        self._link_after(prev, node)
+
+    def remove(self, node: TreeNode) -> None:
+        assert getattr(node, self._flag)
+        setattr(node, self._flag, False)
+        self.size -= 1
+        self._unlink(node)
+
+    def reset_mru(self, node: TreeNode) -> None:
+        assert getattr(node, self._flag)
+        self._unlink(node)
+        self._link_after(self.head, node)
+
+    def move_after(self, prev: TreeNode, node: TreeNode) -> None:
+        assert getattr(node, self._flag)
+        self._unlink(node)
+        self._link_after(prev, node)
+
+    def prev_unlocked(self, node: TreeNode) -> TreeNode | None:
+        """The next more-recently-used node with a zero lock counter (``get_prev_no_lock``)."""
+        x = getattr(node, self._prev_attr)
+        while getattr(x, self._lock) > 0:
+            x = getattr(x, self._prev_attr)
+        return None if x is self.head else x
+
+    def lru_unlocked(self) -> TreeNode | None:
+        return self.prev_unlocked(self.tail)
+
+    def prev_unlocked_leaf(self, node: TreeNode) -> TreeNode | None:
+        """Legacy ``get_prev_leaf_no_lock``: also skip nodes that have children."""
+        x = getattr(node, self._prev_attr)
+        while getattr(x, self._lock) > 0 or x.children:
+            x = getattr(x, self._prev_attr)
+        return None if x is self.head else x
+
+    def lru_unlocked_leaf(self) -> TreeNode | None:
+        return self.prev_unlocked_leaf(self.tail)
+
+    def iter_mru(self):
+        x = getattr(self.head, self._next_attr)
+        while x is not self.tail:
+            yield x
+            x = getattr(x, self._next_attr)
+
+
+def match_pages(node_key: np.ndarray, key: np.ndarray, offset: int) -> int:
+    """Number of leading pages of ``node_key`` equal to ``key[offset:]``."""
+    n = min(len(node_key), len(key) - offset)
+    if n <= 0:
+        return 0
+    a = node_key[:n]
+    b = key[offset : offset + n]
+    if n <= 8:
+        i = 0
+        while i < n and a[i] == b[i]:
+            i += 1
+        return i
+    neq = np.flatnonzero(a != b)
+    return int(neq[0]) if len(neq) else n

@@ -1,0 +1,510 @@
+"""SGLang 0.5.23's hybrid SWA radix tree (``UnifiedRadixCache`` with FULL + SWA components).
+
+Every method names the SGLang function it follows; paths are relative to
+``python/sglang/srt/mem_cache/``. The tree works on page ids and token counts: a node's FULL
+and SWA "values" are represented by its length and an ``swa`` flag, and frees go straight to
+the page counters of :class:`~simulator.kv_allocator.SWAKVAllocator`.
+Without HiCache every node has FULL KV on device, so FULL presence is implicit.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.radix.node import LRUList, TreeNode, match_pages
+from simulator.request_kv import LockReceipt
+
+_EMPTY = np.empty(0, dtype=np.int64)
+
+
+@dataclass
+class MatchResult:
+    """``MatchResult`` fields the scheduler reads (base_prefix_cache.py)."""
+
+    device_prefix_len: int
+    last_node: TreeNode
+    full_kv_hit_length: int
+    swa_branching_seqlen: int | None
+
+
+@dataclass
+class EvictResult:
+    full_evicted: int = 0
+    swa_evicted: int = 0
+
+
+@dataclass
+class TreeCounters:
+    """Cumulative tree events, for metrics and for proving tests exercise each path."""
+
+    evict_calls: int = 0
+    full_evicted: int = 0
+    swa_evicted: int = 0
+    leaves_deleted: int = 0
+    tombstones_created: int = 0
+    tombstones_healed: int = 0
+    tombstone_tokens_healed: int = 0
+    splits: int = 0
+
+
+class UnifiedSWARadixTree:
+    """The FULL+SWA tree of ``unified_cache/unified_tree_core.py`` plus its two components."""
+
+    generation = "unified"
+
+    def __init__(
+        self,
+        page_size: int,
+        sliding_window_size: int,
+        allocator: SWAKVAllocator,
+        eviction_order,
+    ) -> None:
+        self.page_size = page_size
+        self.window = sliding_window_size
+        self.allocator = allocator
+        self.eviction_order = eviction_order
+        self.counters = TreeCounters()
+        self._time = 0.0
+        self._next_id = 0
+        self._next_uuid = 0
+        self.swa_lru = LRUList("swa")
+        self.device_leaves: set[TreeNode] = set()
+        self.full_evictable = 0
+        self.full_protected = 0
+        self.swa_evictable = 0
+        self.swa_protected = 0
+        self.root = self._new_node(_EMPTY, 0)
+        # UnifiedTreeCore.reset: the root holds an empty value and a lock on every component.
+        self.root.full_lock = 1
+        self.root.swa_lock = 1
+        self.root.swa = True
+
+    # ------------------------------------------------------------------ helpers
+    def _tick(self) -> float:
+        # components/base.py:get_and_increase_time_counter (per tree here, not process-global)
+        t = self._time
+        self._time += 1.0
+        return t
+
+    def _new_node(self, key: np.ndarray, length: int, priority: int = 0) -> TreeNode:
+        node = TreeNode(self._next_id, key, length, priority)
+        self._next_id += 1
+        node.last_access_time = self._tick()
+        node.creation_time = self._tick()
+        return node
+
+    def _new_uuid(self) -> int:
+        self._next_uuid += 1
+        return self._next_uuid
+
+    def _is_device_leaf(self, node: TreeNode) -> bool:
+        # UnifiedTreeCore._is_device_leaf (no HiCache: every child has FULL on device)
+        return (
+            node is not self.root
+            and node.full_lock == 0
+            and node.swa_lock == 0
+            and not node.children
+        )
+
+    def _update_leaf(self, node: TreeNode) -> None:
+        # UnifiedTreeCore._update_evictable_leaf_sets
+        if self._is_device_leaf(node):
+            self.device_leaves.add(node)
+        else:
+            self.device_leaves.discard(node)
+
+    def _set_swa(self, node: TreeNode) -> None:
+        # UnifiedTreeCore.set_component_device_value (via the SWARebuild action)
+        assert not node.swa
+        node.swa = True
+        self.swa_lru.insert_mru(node)
+        if node.swa_lock > 0:
+            self.swa_protected += node.length
+        else:
+            self.swa_evictable += node.length
+
+    def _refresh_swa_window(self, node: TreeNode) -> None:
+        # LRUList.reset_node_and_window_ancestors_mru(node, root, W + page_size)
+        limit = self.window + self.page_size
+        prev = self.swa_lru.head
+        accumulated = 0
+        while node is not self.root and accumulated < limit:
+            if node.swa:
+                self.swa_lru.move_after(prev, node)
+                prev = node
+            accumulated += node.length
+            node = node.parent
+
+    def _split(self, child: TreeNode, pages: int) -> TreeNode:
+        """Split ``child`` after ``pages`` pages; return the new upper node (``_split_node``)."""
+        self.counters.splits += 1
+        new = self._new_node(child.key[:pages], pages * self.page_size, child.priority)
+        new.hit_count = child.hit_count
+        new.creation_time = child.creation_time
+        new.parent = child.parent
+        new.children = {int(child.key[pages]): child}
+        # FullComponent / SWAComponent.redistribute_on_node_split
+        new.full_lock = child.full_lock
+        new.swa_lock = child.swa_lock
+        new.swa = child.swa
+        new.swa_uuid = child.swa_uuid
+        child.swa_uuid = None
+        child.parent = new
+        child.key = child.key[pages:]
+        child.length -= new.length
+        new.parent.children[int(new.key[0])] = new
+        if new.swa:
+            # the inherited prefix sits just behind its child in the SWA LRU
+            self.swa_lru.insert_after(child, new)
+        child.last_access_time = self._tick()
+        self._update_leaf(new)
+        self._update_leaf(child)
+        return new
+
+    # ------------------------------------------------------------------ match
+    def match_prefix(self, key: np.ndarray) -> MatchResult:
+        """``UnifiedTreeCore._match_prefix_helper`` + ``_match_post_processor``.
+
+        ``key`` is the page-aligned key (page ids). The SWA validator accepts a node only once
+        at least W SWA-live tokens follow the last tombstone on the path.
+        """
+        p = self.page_size
+        node = self.root
+        off = 0
+        chunks: list[int] = []
+        best = self.root
+        best_chunks = 0
+        full_hit = 0
+        swa_run = float("inf")
+        n = len(key)
+        while off < n:
+            child = node.children.get(int(key[off]))
+            if child is None:
+                break
+            m = match_pages(child.key, key, off)
+            full_hit += m * p
+            partial = m < len(child.key)
+            if partial:
+                child = self._split(child, m)
+            chunks.append(child.length)
+            # components/swa.py:create_match_validator
+            if child.swa:
+                swa_run += child.length
+                valid = swa_run >= self.window
+            else:
+                swa_run = 0
+                valid = False
+            if valid:
+                best = child
+                best_chunks = len(chunks)
+            node = child
+            if partial:
+                break
+            off += m
+        # post-processing: window-bounded SWA refresh, then last_access_time stamps
+        self._refresh_swa_window(best)
+        t = self._tick()
+        x = best
+        while x is not None:
+            x.last_access_time = t
+            t -= 0.00001
+            x = x.parent
+        prefix = sum(chunks[:best_chunks])
+        aligned = full_hit // p * p
+        branching = aligned if aligned > prefix else None
+        return MatchResult(prefix, best, full_hit, branching)
+
+    # ------------------------------------------------------------------ locks
+    def lock(self, node: TreeNode) -> LockReceipt:
+        """``UnifiedTreeCore.inc_lock_ref``: FULL path lock + SWA window lock with a receipt."""
+        cur = node
+        while cur is not self.root:  # FullComponent.acquire_component_lock
+            if cur.full_lock == 0:
+                self.full_evictable -= cur.length
+                self.full_protected += cur.length
+            cur.full_lock += 1
+            self.device_leaves.discard(cur)
+            cur = cur.parent
+        covered = 0  # SWAComponent.acquire_component_lock
+        uuid = None
+        cur = node
+        while cur is not self.root and covered < self.window:
+            if cur.swa_lock == 0 and cur.swa:
+                self.swa_evictable -= cur.length
+                self.swa_protected += cur.length
+            cur.swa_lock += 1
+            covered += cur.length
+            if covered >= self.window:
+                if cur.swa_uuid is None:
+                    cur.swa_uuid = self._new_uuid()
+                uuid = cur.swa_uuid
+            cur = cur.parent
+        self._update_leaf(node)
+        return LockReceipt(node, uuid)
+
+    def unlock(self, receipt: LockReceipt | None) -> None:
+        """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
+        if receipt is None:
+            return
+        node = receipt.node
+        cur = node
+        while cur is not self.root:  # SWAComponent.release_component_lock
+            assert cur.swa_lock > 0, f"SWA release hit lock_ref=0 on node {cur.id}"
+            if cur.swa_lock == 1 and cur.swa:
+                self.swa_evictable += cur.length
+                self.swa_protected -= cur.length
+            cur.swa_lock -= 1
+            if cur.swa_lock == 0:
+                self._update_leaf(cur)
+            if receipt.swa_uuid is not None and cur.swa_uuid == receipt.swa_uuid:
+                break
+            cur = cur.parent
+        cur = node
+        while cur is not self.root:  # FullComponent.release_component_lock
+            assert cur.full_lock > 0, f"FULL release hit lock_ref=0 on node {cur.id}"
+            if cur.full_lock == 1:
+                self.full_evictable += cur.length
+                self.full_protected -= cur.length
+            cur.full_lock -= 1
+            if cur.full_lock == 0:
+                self._update_leaf(cur)
+            cur = cur.parent
+        self._update_leaf(node)
+
+    # ------------------------------------------------------------------ insert
+    def insert(
+        self,
+        key: np.ndarray,
+        prev_prefix_len: int,
+        inserted_len: int,
+        swa_evicted_seqlen: int,
+        priority: int = 0,
+    ) -> tuple[int, TreeNode]:
+        """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` for a page-aligned key.
+
+        The request's row positions ``[prev_prefix_len, len)`` are its private slots: each is
+        adopted by a new leaf, adopted to heal an SWA tombstone, or freed as a duplicate.
+        Returns (length already in the tree before this insert, node the key ends on).
+        """
+        p = self.page_size
+        alloc = self.allocator
+        cursor = swa_evicted_seqlen
+        self.root.last_access_time = self._tick()  # _touch_node(root)
+        self.root.priority = max(self.root.priority, priority)
+        n = len(key)
+        if n == 0:
+            return 0, self.root
+        node = self.root
+        total = 0
+        off = 0
+        while off < n:
+            child = node.children.get(int(key[off]))
+            if child is None:
+                break
+            child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
+            m = match_pages(child.key, key, off)
+            if m < len(child.key):
+                child = self._split(child, m)
+            child.priority = max(child.priority, priority)
+            node_len = m * p
+            node_end = total + node_len
+            consumed_from = node_len
+            # SWAComponent.update_component_on_insert_overlap: heal a tombstone in-window
+            if prev_prefix_len < node_end and not child.swa:
+                live_start = max(total, cursor)
+                if live_start < node_end:
+                    if live_start > total:
+                        self._split(child, (live_start - total) // p)
+                    healed = node_end - live_start
+                    # _recover_from_incoming: either the node's old FULL slots or (if its
+                    # FULL is locked, RecoverSWAWithLockedFull) the request's incoming FULL
+                    # slots are freed full-only; the request's SWA pages move to the node.
+                    alloc.free_full_pages(healed // p)
+                    self._set_swa(child)
+                    self.counters.tombstones_healed += 1
+                    self.counters.tombstone_tokens_healed += healed
+                    consumed_from = live_start - total
+            # _insert_overlap_step: free the request's duplicates of tree-held KV
+            dup_start = max(0, prev_prefix_len - total)
+            if dup_start < consumed_from:
+                abs_start = total + dup_start
+                dup = consumed_from - dup_start
+                swa_dead = min(max(cursor - abs_start, 0), dup)
+                alloc.free_full_pages(dup // p)
+                alloc.free_swa_pages((dup - swa_dead) // p)
+            if node_end > inserted_len:  # _finish_insert_walk_node
+                child.hit_count += 1
+            node = child
+            total = node_end
+            off += m
+        prefix_len = total
+        if off < n:  # _insert_commit_step
+            rem = key[off:]
+            length = len(rem) * p
+            leaf = self._new_node(rem, length, priority)
+            leaf.parent = node
+            node.children[int(rem[0])] = leaf
+            self.full_evictable += length
+            self._update_leaf(leaf)
+            self._update_leaf(node)
+            # SWAComponent.commit_insert_component_data -> _populate_range
+            end = total + length
+            live_start = max(total, cursor)
+            if live_start < end:
+                if live_start > total:
+                    self._split(leaf, (live_start - total) // p)
+                    self.counters.tombstones_created += 1
+                upper = self._split_leaf_for_swa_lock(leaf)
+                if upper is not None:
+                    self._set_swa(upper)
+                self._set_swa(leaf)
+            else:
+                self.counters.tombstones_created += 1
+            if total + leaf.length > inserted_len:  # _should_backup_after_insert
+                leaf.hit_count += 1
+            target = leaf
+        else:
+            target = node
+        if target is not self.root:  # _insert_tail_step: SWA INSERT_END refresh
+            self._refresh_swa_window(target)
+        return prefix_len, target
+
+    def _split_leaf_for_swa_lock(self, leaf: TreeNode) -> TreeNode | None:
+        """``SWAComponent._maybe_split_leaf_for_swa_lock``: cap a fresh leaf at ceil_page(W)."""
+        if leaf is self.root or leaf.swa_lock > 0:
+            return None
+        p = self.page_size
+        tail = -(-self.window // p) * p
+        if leaf.length <= tail:
+            return None
+        return self._split(leaf, (leaf.length - tail) // p)
+
+    # ------------------------------------------------------------------ eviction
+    def _delete_leaf(self, node: TreeNode, result: EvictResult) -> None:
+        """``_delete_unbacked_device_leaf``: free FULL and SWA, unlink, refresh the parent."""
+        self.allocator.free_full_pages(node.length // self.page_size)
+        self.full_evictable -= node.length
+        result.full_evicted += node.length
+        if node.swa:
+            self.allocator.free_swa_pages(node.length // self.page_size)
+            self.swa_evictable -= node.length
+            result.swa_evicted += node.length
+            node.swa = False
+            self.swa_lru.remove(node)
+        self.device_leaves.discard(node)
+        parent = node.parent
+        del parent.children[int(node.key[0])]
+        node.parent = None
+        self._update_leaf(parent)
+        self.counters.leaves_deleted += 1
+        # _iteratively_delete_tombstone_ancestors stops at once: the parent keeps FULL.
+
+    def _tombstone(self, node: TreeNode, result: EvictResult) -> None:
+        """SWA-evict an internal (or FULL-locked) node: free its SWA only."""
+        self.allocator.free_swa_pages(node.length // self.page_size)
+        self.swa_evictable -= node.length
+        result.swa_evicted += node.length
+        node.swa = False
+        self.swa_lru.remove(node)
+        self._update_leaf(node)
+        self.counters.tombstones_created += 1
+
+    def evict_for_alloc(self, full_shortfall: int, swa_shortfall: int) -> EvictResult:
+        """``UnifiedRadixCache.evict_for_alloc`` / ``_evict_components`` (FULL pass, then SWA).
+
+        Shortfalls become availability targets: each pass stops at the first victim after
+        which its pool has ``available >= available_before + shortfall``.
+        """
+        alloc = self.allocator
+        result = EvictResult()
+        self.counters.evict_calls += 1
+        full_target = alloc.full_available_size() + full_shortfall if full_shortfall > 0 else None
+        swa_target = alloc.swa_available_size() + swa_shortfall if swa_shortfall > 0 else None
+
+        def full_reached() -> bool:
+            return full_target is not None and alloc.full_available_size() >= full_target
+
+        def swa_reached() -> bool:
+            return swa_target is not None and alloc.swa_available_size() >= swa_target
+
+        if full_shortfall > 0 and not full_reached():
+            quota = max(full_shortfall, result.full_evicted + self.full_evictable)
+            order = self.eviction_order
+            heap = [(order.priority(x, self), x.last_access_time, x.id, x) for x in self.device_leaves]
+            heapq.heapify(heap)
+            last_parent: TreeNode | None = None
+            while True:  # FullComponent._evict_device_next_node
+                if last_parent is not None and last_parent in self.device_leaves:
+                    par = last_parent
+                    heapq.heappush(heap, (order.priority(par, self), par.last_access_time, par.id, par))
+                last_parent = None
+                victim = None
+                while result.full_evicted < quota and heap:
+                    x = heapq.heappop(heap)[3]
+                    if x in self.device_leaves:
+                        victim = x
+                        break
+                if victim is None:
+                    break
+                last_parent = victim.parent
+                self._delete_leaf(victim, result)
+                if full_reached():
+                    break
+        if swa_shortfall > 0 and not swa_reached() and result.swa_evicted < swa_shortfall:
+            lru = self.swa_lru
+            cursor = lru.lru_unlocked()
+            while True:  # SWAComponent._evict_device_next_node
+                if cursor is not None and not lru.in_list(cursor):
+                    cursor = lru.lru_unlocked()
+                if result.swa_evicted >= swa_shortfall or cursor is None:
+                    break
+                x = cursor
+                cursor = lru.prev_unlocked(x)
+                if x in self.device_leaves:
+                    self._delete_leaf(x, result)
+                else:
+                    self._tombstone(x, result)
+                if swa_reached():
+                    break
+        self.counters.full_evicted += result.full_evicted
+        self.counters.swa_evicted += result.swa_evicted
+        return result
+
+    # ------------------------------------------------------------------ views
+    def path_length(self, node: TreeNode) -> int:
+        n = 0
+        while node is not self.root:
+            n += node.length
+            node = node.parent
+        return n
+
+    def iter_nodes(self):
+        stack = list(self.root.children.values())
+        while stack:
+            x = stack.pop()
+            yield x
+            stack.extend(x.children.values())
+
+    def stats(self) -> dict:
+        nodes = leaves = tombstones = tomb_tokens = full_tokens = swa_tokens = 0
+        for x in self.iter_nodes():
+            nodes += 1
+            leaves += not x.children
+            full_tokens += x.length
+            if x.swa:
+                swa_tokens += x.length
+            else:
+                tombstones += 1
+                tomb_tokens += x.length
+        return dict(
+            nodes=nodes,
+            leaves=leaves,
+            tombstones=tombstones,
+            tombstone_tokens=tomb_tokens,
+            full_tokens=full_tokens,
+            swa_tokens=swa_tokens,
+        )

@@ -1,0 +1,57 @@
+"""Freeing a request's out-of-window SWA slots: the two rules SGLang has used.
+
+Both raise the request's SWA cursor (``swa_evicted_seqlen``) to at least its tree-owned prefix,
+then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row.
+"""
+
+from __future__ import annotations
+
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.request_kv import ReqKV, ceil_page
+
+
+def free_out_of_window_0523(
+    req: ReqKV,
+    pre_len: int,
+    window: int,
+    page_size: int,
+    allocator: SWAKVAllocator,
+    eviction_interval: int = 1,
+) -> int:
+    """SGLang 0.5.23 ``mem_cache/common.py:free_swa_out_of_window_slots`` (prefix sharing).
+
+    Keeps ``ceil_page(max(W, page))`` tokens behind ``pre_len``. Returns SWA tokens freed.
+    """
+    evicted = req.swa_evicted_seqlen
+    if pre_len - window < evicted + eviction_interval:
+        return 0
+    evicted = max(evicted, req.swa_dead_lo(page_size))
+    req.swa_evicted_seqlen = evicted
+    threshold = pre_len - ceil_page(max(window, page_size), page_size)
+    new = max(evicted, threshold) // page_size * page_size
+    if new > evicted:
+        allocator.free_swa_pages((new - evicted) // page_size)
+        req.swa_evicted_seqlen = new
+        return new - evicted
+    return 0
+
+
+def free_out_of_window_legacy(
+    req: ReqKV,
+    pre_len: int,
+    margin: int,
+    page_size: int,
+    allocator: SWAKVAllocator,
+) -> int:
+    """SGLang 0.5.9-0.5.15 ``free_swa_out_of_window_slots``: keep ``margin`` tokens, page-floored.
+
+    0.5.15 uses ``margin = max(W, page)``; PR 17220 as merged (0.5.9) used ``margin = W``.
+    """
+    req.swa_evicted_seqlen = max(req.swa_evicted_seqlen, req.cache_protected_len)
+    evicted = req.swa_evicted_seqlen
+    new = max(evicted, pre_len - margin) // page_size * page_size
+    if new > evicted:
+        allocator.free_swa_pages((new - evicted) // page_size)
+        req.swa_evicted_seqlen = new
+        return new - evicted
+    return 0
