@@ -73,9 +73,7 @@ class ReplayResult:
     summary: dict = field(default_factory=dict)
 
 
-def token_pages(
-    seqs: Sequence[np.ndarray], page_size: int
-) -> list[np.ndarray]:
+def token_pages(seqs: Sequence[np.ndarray], page_size: int) -> list[np.ndarray]:
     """Page ids for raw token sequences: a page's id names its token content.
 
     The tree compares keys page by page from the root, so content ids along a path are
@@ -108,16 +106,16 @@ def requests_from_tokens(
     reqs = list(reqs)
     seqs = [np.concatenate([np.asarray(i, np.int64), np.asarray(o, np.int64)]) for _, i, o in reqs]
     pages = token_pages(seqs, page_size)
-    return [
-        WorkloadRequest(rid, pg, len(i), len(o)) for (rid, i, o), pg in zip(reqs, pages, strict=True)
-    ]
+    return [WorkloadRequest(rid, pg, len(i), len(o)) for (rid, i, o), pg in zip(reqs, pages, strict=True)]
 
 
 def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> ReplayResult:
     """Serve ``workload`` in order; return per-request records and the end state."""
     tomb = TOMBSTONING.create(cfg.tombstone)
     order = EVICTION_ORDERS.create(cfg.eviction_policy)
-    swa_kwargs = {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
+    swa_kwargs = (
+        {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
+    )
     swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **swa_kwargs)
     allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
     cache = make_cache(tomb, allocator, cfg.window, order)
@@ -135,7 +133,9 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         ev0 = (cache.evictions.calls, cache.evictions.full_evicted, cache.evictions.swa_evicted)
         running = (req,)
         cache.match(req)
-        rec: dict = dict(rid=w.rid, prompt_len=w.prompt_len, prefix_len=req.prefix_len, answer_len=w.output_len)
+        rec: dict = dict(
+            rid=w.rid, prompt_len=w.prompt_len, prefix_len=req.prefix_len, answer_len=w.output_len
+        )
         rec["after_match"] = cache.sizes()
         cache.lock_prefix(req)
         if check:
@@ -163,9 +163,7 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         while req.holds_kv:
             if cache.decode_memory_check:
                 cache.check_decode_mem(req)
-            swa_policy.on_decode(
-                req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter)
-            )
+            swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter))
             cache.alloc_for_decode(req)
             forward_iter += 1
             req.num_outputs += 1

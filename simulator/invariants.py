@@ -15,7 +15,9 @@ from simulator.errors import KvplanError
 class InvariantViolation(KvplanError):
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
-        super().__init__("; ".join(errors[:10]) + (f" (+{len(errors) - 10} more)" if len(errors) > 10 else ""))
+        super().__init__(
+            "; ".join(errors[:10]) + (f" (+{len(errors) - 10} more)" if len(errors) > 10 else "")
+        )
 
 
 def collect_violations(cache, running: Iterable = ()) -> list[str]:
@@ -80,9 +82,7 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
         # 6. D-leaf set is exact
         want_leaves = {x for x in all_nodes if not x.children and x.full_lock == 0 and x.swa_lock == 0}
         if tree.device_leaves != want_leaves:
-            errors.append(
-                f"D-leaf set: {len(tree.device_leaves)} listed vs {len(want_leaves)} actual leaves"
-            )
+            errors.append(f"D-leaf set: {len(tree.device_leaves)} listed vs {len(want_leaves)} actual leaves")
     else:
         listed = set(tree.full_lru.iter_mru())
         if listed != all_nodes:
@@ -100,7 +100,9 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
         if req.swa_evicted_seqlen % p:
             errors.append(f"{req.rid}: SWA cursor {req.swa_evicted_seqlen} not page aligned")
         if not 0 <= req.cache_protected_len <= req.kv_allocated_len:
-            errors.append(f"{req.rid}: protected {req.cache_protected_len} > allocated {req.kv_allocated_len}")
+            errors.append(
+                f"{req.rid}: protected {req.cache_protected_len} > allocated {req.kv_allocated_len}"
+            )
     full_sum = a.full_available_size() + tree.full_evictable + tree.full_protected + priv_full
     if full_sum != a.full_capacity:
         errors.append(f"FULL conservation: {full_sum} != capacity {a.full_capacity}")
