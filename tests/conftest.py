@@ -1,0 +1,19 @@
+"""Paths to the trace samples in the repo and to the full public traces beside it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLES = REPO / "traces" / "data"
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+
+
+@pytest.fixture
+def shared_traces() -> Path:
+    """The full public traces (../shared/traces); tests using them skip when it is absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"full public traces not found at {SHARED_TRACES}")
+    return SHARED_TRACES
