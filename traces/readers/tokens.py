@@ -15,7 +15,7 @@ import numpy as np
 from traces.buffers import IntBuffer
 from traces.closed_loop import SequentialReplay
 from traces.errors import TraceFormatError
-from traces.jsonl import get_field, iter_json_lines, locate_bad_int, require_object
+from traces.jsonl import check_int, get_field, iter_json_lines, locate_bad_int, require_object
 from traces.readers.common import session_links
 from traces.schema import TokenContent, Trace, make_requests
 
@@ -30,9 +30,11 @@ def _ids(src: str, line: int, obj: dict, key: str, buf: IntBuffer) -> int:
         buf.extend(ids)
     except (TypeError, OverflowError):
         locate_bad_int(src, line, key, ids, minimum=0)
-    lo, hi = min(ids), max(ids)
-    if lo < 0 or hi > MAX_TOKEN_ID or any(type(x) is bool for x in ids):
-        locate_bad_int(src, line, key, [x if 0 <= x <= MAX_TOKEN_ID else -1 for x in ids], minimum=0)
+    if min(ids) < 0 or max(ids) > MAX_TOKEN_ID or any(type(x) is bool for x in ids):
+        for k, x in enumerate(ids):
+            check_int(src, line, f"{key}[{k}]", x, 0)
+            if x > MAX_TOKEN_ID:
+                raise TraceFormatError(src, line, f"{key}[{k}]", f"must be in [0, 2**31 - 1], got {x}")
     return len(ids)
 
 
