@@ -165,8 +165,9 @@ def _ragpulse_dir(tmp_path: Path, trace_lines: list[str]) -> Path:
 
 def _rp(ts="1", n_in=700, passages="[2, 3]", extra=""):
     return (
-        f'{{"timestamp": "{ts}", "input_length": {n_in}, "output_length": 3, "hash_ids": {{"sys_prompt": [1], '
-        f'"passages_ids": {passages}, "history": [4], "web_search": [], "user_input": [5]{extra}}}, '
+        f'{{"timestamp": "{ts}", "input_length": {n_in}, "output_length": 3, '
+        f'"hash_ids": {{"sys_prompt": [1], "passages_ids": {passages}, "history": [4], '
+        f'"web_search": [], "user_input": [5]{extra}}}, '
         '"session_id": "s1"}'
     )
 
