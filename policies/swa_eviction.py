@@ -34,6 +34,13 @@ class SWAEvictionPolicy:
     def on_decode(self, req, ctx: DecodeContext) -> int:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def quiet_steps(self, req, ctx: DecodeContext) -> int:
+        """How many upcoming decode steps (this one first) certainly do not trigger.
+
+        Lets the simulator fast-forward decode arithmetically; 0 means "run this step".
+        """
+        return 0
+
 
 @SWA_EVICTION.register("none", "keep a request's SWA until it finishes (before PR 17220)")
 class NoDecodeEviction(SWAEvictionPolicy):
@@ -41,6 +48,9 @@ class NoDecodeEviction(SWAEvictionPolicy):
 
     def on_decode(self, req, ctx: DecodeContext) -> int:
         return 0
+
+    def quiet_steps(self, req, ctx: DecodeContext) -> int:
+        return 1 << 62
 
 
 @SWA_EVICTION.register("window", "PR 17220 as merged: every W decode steps free down to pre_len - W")
@@ -55,6 +65,9 @@ class WindowEviction(SWAEvictionPolicy):
         return free_out_of_window_legacy(
             req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator
         )
+
+    def quiet_steps(self, req, ctx: DecodeContext) -> int:
+        return (1 - req.decode_batch_idx) % ctx.window
 
 
 @SWA_EVICTION.register(
@@ -73,6 +86,13 @@ class IterationEviction(SWAEvictionPolicy):
             return 0
         margin = max(ctx.window, ctx.page_size)
         return free_out_of_window_legacy(req, req.seqlen - 1, margin, ctx.page_size, ctx.allocator)
+
+    def quiet_steps(self, req, ctx: DecodeContext) -> int:
+        # the step with forward_iter F + s triggers when (F + s) % interval == 0 (and idx >= 1)
+        k = (-ctx.forward_iter) % self.interval
+        if req.decode_batch_idx + k < 1:
+            k += self.interval
+        return k
 
 
 @SWA_EVICTION.register(
@@ -94,3 +114,8 @@ class IntervalEviction(SWAEvictionPolicy):
         return free_out_of_window_0523(
             req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator, eviction_interval=1
         )
+
+    def quiet_steps(self, req, ctx: DecodeContext) -> int:
+        # due when seqlen + s - 1 - W >= cursor + interval, and decode_batch_idx + s >= 1
+        k = req.swa_evicted_seqlen + self.interval + ctx.window + 1 - req.seqlen
+        return max(0, k, 1 - req.decode_batch_idx)

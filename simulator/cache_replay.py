@@ -41,6 +41,8 @@ class CacheReplayConfig:
     # prefill result's free group (frees not yet returned), the 0.5.15 driver after it. None
     # follows the tombstoning generation, so records line up with the matching oracle.
     checkpoint_sizes_in_free_group: bool | None = None
+    # Jump over decode steps in which nothing but a counter or a page allocation happens.
+    fast_forward: bool = True
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -161,6 +163,20 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         if check:
             check_invariants(cache, running if req.holds_kv else ())
         while req.holds_kv:
+            if cfg.fast_forward:
+                ctx = DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter)
+                k = min(
+                    swa_policy.quiet_steps(req, ctx),
+                    req.output_len - req.num_outputs - 1,
+                    cache.quiet_decode_steps(req),
+                )
+                if k > 0:
+                    cache.fast_forward_decode(req, k)
+                    forward_iter += k
+                    req.num_outputs += k
+                    if check:
+                        check_invariants(cache, running)
+                    continue
             if cache.decode_memory_check:
                 cache.check_decode_mem(req)
             swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter))

@@ -210,3 +210,22 @@ def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
     res = replay_requests(reqs, cfg)
     assert res.evictions["calls"] > 0
     assert len(res.records) == 9
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64])
+@pytest.mark.parametrize("tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window")])
+def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
+    rng = np.random.default_rng(page_size)
+    reqs, convs = [], [list(rng.integers(0, 40, 100)) for _ in range(3)]
+    for t in range(4):
+        for c in range(3):
+            out = list(rng.integers(0, 40, int(rng.integers(1, 700))))
+            reqs.append((f"c{c}t{t}", convs[c], out))
+            convs[c] = convs[c] + out + list(rng.integers(0, 40, 30))
+    base = dict(page_size=page_size, full_tokens=6400, swa_tokens=1280, window=64, tombstone=tombstone,
+                swa_eviction=swa)
+    slow = replay_requests(reqs, CacheReplayConfig(**base, fast_forward=False, check_invariants=True))
+    fast = replay_requests(reqs, CacheReplayConfig(**base, fast_forward=True, check_invariants=True))
+    assert slow.evictions["calls"] > 0
+    assert fast.records == slow.records
+    assert fast.tree_stats == slow.tree_stats

@@ -141,6 +141,26 @@ class SWARadixCache:
         req.kv_allocated_len += 1
         req.decode_batch_idx += 1
 
+    def quiet_decode_steps(self, req: ReqKV) -> int:
+        """Decode steps from now whose evictions are certainly no-ops (both pools keep >= 1 page).
+
+        Step s allocates a page iff ``(kv_allocated_len + s) % page_size == 0``; it evicts nothing
+        while at least one page is free in each pool before its checks.
+        """
+        p = self.page_size
+        free = min(self.allocator.full_free, self.allocator.swa_free)
+        a = req.kv_allocated_len
+        return max(0, p * (free - 1 + -(-a // p)) - a + 1)
+
+    def fast_forward_decode(self, req: ReqKV, steps: int) -> None:
+        """Apply ``steps`` quiet decode steps at once: page allocations and counters only."""
+        p = self.page_size
+        a = req.kv_allocated_len
+        pages = -(-(a + steps) // p) - (-(-a // p))
+        self.allocator.alloc_pages(pages)
+        req.kv_allocated_len = a + steps
+        req.decode_batch_idx += steps
+
     def _free_row_range(self, req: ReqKV, start: int, end: int) -> None:
         """Free the request's private slots ``[start, end)``; below its SWA cursor FULL only."""
         if end <= start:
