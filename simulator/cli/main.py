@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from simulator.cli import cache_replay_cmd, pools_cmd, trace_cmd
+from simulator.cli import cache_replay_cmd, demo_cmd, pools_cmd, trace_cmd
 
 app = typer.Typer(
     name="kvplan",
@@ -16,6 +16,7 @@ app = typer.Typer(
 app.add_typer(trace_cmd.app, name="trace")
 app.command("pools")(pools_cmd.pools)
 app.command("cache-replay")(cache_replay_cmd.cache_replay)
+app.command("demo")(demo_cmd.demo)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
