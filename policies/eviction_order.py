@@ -19,6 +19,9 @@ class EvictionOrder:
     def priority(self, node, tree) -> float | tuple:  # pragma: no cover - interface
         raise NotImplementedError
 
+    def on_evicted(self, key) -> None:
+        """Told the key of each FULL victim (stateful orders such as GreedyDual age with it)."""
+
 
 @EVICTION_ORDERS.register("lru", "least recently used leaf first (SGLang default)")
 class LRU(EvictionOrder):
@@ -81,15 +84,40 @@ class SLRU(EvictionOrder):
 
 @EVICTION_ORDERS.register(
     "window-aware",
-    "kvplan's own: evict SWA-tombstoned leaves before SWA-live ones, then LRU",
+    "kvplan's own: GreedyDual-Size-Frequency with the SWA recompute cost of losing a leaf",
 )
 class WindowAware(EvictionOrder):
-    """A leaf whose SWA is already tombstoned can only be reused by a request that recomputes
-    the window anyway (the SWA validator rejects it), so its FULL KV is worth less than a live
-    leaf's. Prefer it as a victim; among equals, fall back to LRU.
+    """Evict the leaf whose loss costs the fewest recomputed tokens per freed token.
+
+    In a hybrid SWA tree a prefix is only reusable up to a node with at least W live SWA tokens
+    since the last tombstone (the SWA match validator). Losing a leaf therefore forces a future
+    request on that path to recompute from the deepest *valid* ancestor, not just the leaf: under
+    a tombstoned chain that is the whole path. The key is GreedyDual-Size-Frequency
+    (Cherkasova 1998): ``L + (hit_count + 1) * recompute_tokens / leaf_tokens``, where ``L`` is
+    the key of the last victim, so that entries age. ``L`` lives on this instance.
     """
 
     name = "window-aware"
 
+    def __init__(self) -> None:
+        self.inflation = 0.0
+
     def priority(self, node, tree):
-        return (1 if node.swa else 0, node.last_access_time)
+        chain = []
+        x = node.parent
+        while x is not tree.root:
+            chain.append(x)
+            x = x.parent
+        run = float("inf")
+        depth = 0
+        valid_depth = 0
+        for a in reversed(chain):
+            depth += a.length
+            run = run + a.length if a.swa else 0
+            if run >= tree.window:
+                valid_depth = depth
+        recompute = depth + node.length - valid_depth
+        return (self.inflation + (node.hit_count + 1) * recompute / max(1, node.length), node.last_access_time)
+
+    def on_evicted(self, key) -> None:
+        self.inflation = max(self.inflation, key[0])

@@ -20,7 +20,7 @@ from policies.tombstone import TOMBSTONING
 from simulator.errors import ConfigError
 from simulator.invariants import check_invariants
 from simulator.kv_allocator import SWAKVAllocator
-from simulator.radix.cache import make_cache
+from simulator.radix.cache import OutOfMemory, make_cache
 from simulator.request_kv import ReqKV
 
 
@@ -142,7 +142,17 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         cache.lock_prefix(req)
         if check:
             check_invariants(cache, ())
-        cache.alloc_for_extend(req)
+        try:
+            cache.alloc_for_extend(req)
+        except OutOfMemory as exc:
+            # Without chunked prefill the uncached prompt must fit at once; SGLang would chunk
+            # it. Count the request as aborted and keep serving (its prefix lock is released).
+            cache.tree.unlock(req.lock)
+            req.lock = None
+            rec.update(aborted=True, error=str(exc), after_release=cache.sizes())
+            rec.update(evict_calls=0, full_evicted=0, swa_evicted=0, cached_tokens=0)
+            records.append(rec)
+            continue
         forward_iter += 1
         rec["after_prefill_alloc"] = cache.sizes()
         if check:
@@ -197,12 +207,14 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         rec["cached_tokens"] = req.cached_tokens
         records.append(rec)
 
-    prompt_total = sum(r["prompt_len"] for r in records)
-    hit_total = sum(r["prefix_len"] for r in records)
+    served = [r for r in records if not r.get("aborted")]
+    prompt_total = sum(r["prompt_len"] for r in served)
+    hit_total = sum(r["prefix_len"] for r in served)
     stats = cache.tree.stats()
     counters = dict(vars(cache.tree.counters))
     summary = dict(
         requests=len(records),
+        aborted=len(records) - len(served),
         total_prompt_tokens=prompt_total,
         total_prefix_hit_tokens=hit_total,
         hit_rate=hit_total / prompt_total if prompt_total else 0.0,

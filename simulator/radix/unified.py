@@ -444,9 +444,10 @@ class UnifiedSWARadixTree:
                 last_parent = None
                 victim = None
                 while result.full_evicted < quota and heap:
-                    x = heapq.heappop(heap)[3]
-                    if x in self.device_leaves:
-                        victim = x
+                    entry = heapq.heappop(heap)
+                    if entry[3] in self.device_leaves:
+                        victim = entry[3]
+                        order.on_evicted(entry[0])
                         break
                 if victim is None:
                     break
