@@ -123,6 +123,7 @@ class LegacySWARadixTree:
 
     def match_prefix(self, key: np.ndarray) -> MatchResult:
         """``SWARadixCache._match_prefix_helper`` + ``_match_post_processor``."""
+        self.counters.match_calls += 1
         p = self.page_size
         node = self.root
         off = 0
@@ -171,6 +172,7 @@ class LegacySWARadixTree:
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> LockReceipt:
         """``SWARadixCache.inc_lock_ref``."""
+        self.counters.lock_calls += 1
         anchor = node
         swa_locked = 0
         uuid = None
@@ -198,6 +200,7 @@ class LegacySWARadixTree:
         """``SWARadixCache.dec_lock_ref``."""
         if receipt is None:
             return
+        self.counters.unlock_calls += 1
         node = receipt.node
         dec_swa = True
         while node is not self.root:
@@ -227,6 +230,7 @@ class LegacySWARadixTree:
 
         Frees are counted in pages: the request's positions below its SWA cursor hold FULL only.
         """
+        self.counters.insert_calls += 1
         p = self.page_size
         alloc = self.allocator
         cursor = swa_evicted_seqlen

@@ -41,6 +41,10 @@ class EvictResult:
 class TreeCounters:
     """Cumulative tree events, for metrics and for proving tests exercise each path."""
 
+    match_calls: int = 0
+    insert_calls: int = 0
+    lock_calls: int = 0
+    unlock_calls: int = 0
     evict_calls: int = 0
     full_evicted: int = 0
     swa_evicted: int = 0
@@ -172,6 +176,7 @@ class UnifiedSWARadixTree:
         ``key`` is the page-aligned key (page ids). The SWA validator accepts a node only once
         at least W SWA-live tokens follow the last tombstone on the path.
         """
+        self.counters.match_calls += 1
         p = self.page_size
         node = self.root
         off = 0
@@ -221,6 +226,7 @@ class UnifiedSWARadixTree:
     # ------------------------------------------------------------------ locks
     def lock(self, node: TreeNode) -> LockReceipt:
         """``UnifiedTreeCore.inc_lock_ref``: FULL path lock + SWA window lock with a receipt."""
+        self.counters.lock_calls += 1
         cur = node
         while cur is not self.root:  # FullComponent.acquire_component_lock
             if cur.full_lock == 0:
@@ -250,6 +256,7 @@ class UnifiedSWARadixTree:
         """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
         if receipt is None:
             return
+        self.counters.unlock_calls += 1
         node = receipt.node
         cur = node
         while cur is not self.root:  # SWAComponent.release_component_lock
@@ -290,6 +297,7 @@ class UnifiedSWARadixTree:
         adopted by a new leaf, adopted to heal an SWA tombstone, or freed as a duplicate.
         Returns (length already in the tree before this insert, node the key ends on).
         """
+        self.counters.insert_calls += 1
         p = self.page_size
         alloc = self.allocator
         cursor = swa_evicted_seqlen
