@@ -58,7 +58,9 @@ def main() -> None:
             lines.append(f"| {name} | {full:,} / {swa:,} | " + " | ".join(cells) + " |")
             print(lines[-1], flush=True)
     table = "\n".join(lines)
-    footer = f"\n\n(`python benchmarks/eviction_orders.py`, {time.time() - t0:.0f} s, {os.cpu_count()} CPUs)\n"
+    footer = (
+        f"\n\n(`python benchmarks/eviction_orders.py`, {time.time() - t0:.0f} s, {os.cpu_count()} CPUs)\n"
+    )
     if args.out:
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(table + footer)

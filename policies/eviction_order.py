@@ -117,7 +117,10 @@ class WindowAware(EvictionOrder):
             if run >= tree.window:
                 valid_depth = depth
         recompute = depth + node.length - valid_depth
-        return (self.inflation + (node.hit_count + 1) * recompute / max(1, node.length), node.last_access_time)
+        return (
+            self.inflation + (node.hit_count + 1) * recompute / max(1, node.length),
+            node.last_access_time,
+        )
 
     def on_evicted(self, key) -> None:
         self.inflation = max(self.inflation, key[0])

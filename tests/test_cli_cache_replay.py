@@ -13,7 +13,14 @@ from simulator.cli.main import app
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 runner = CliRunner()
-SIZE_KEYS = ("full_evictable", "full_protected", "swa_evictable", "swa_protected", "full_available", "swa_available")
+SIZE_KEYS = (
+    "full_evictable",
+    "full_protected",
+    "swa_evictable",
+    "swa_protected",
+    "full_available",
+    "swa_available",
+)
 
 
 def _jsonl(tmp_path: Path) -> Path:
@@ -38,8 +45,20 @@ def _run_json(args: list[str]) -> tuple[list[dict], dict]:
 
 def test_cache_replay_jsonl_format(tmp_path):
     rows, summary = _run_json(
-        ["cache-replay", str(_jsonl(tmp_path)), "--page-size", "16", "--full-tokens", "2048",
-         "--swa-tokens", "512", "--window", "64", "--json", "--check-invariants"]
+        [
+            "cache-replay",
+            str(_jsonl(tmp_path)),
+            "--page-size",
+            "16",
+            "--full-tokens",
+            "2048",
+            "--swa-tokens",
+            "512",
+            "--window",
+            "64",
+            "--json",
+            "--check-invariants",
+        ]
     )
     assert [r["rid"] for r in rows] == ["t0", "t1", "t2"]
     for r in rows:
@@ -56,8 +75,23 @@ def test_cache_replay_policies_by_name(tmp_path):
     outs = {}
     for tomb, swa in (("unified", "interval"), ("legacy", "iteration"), ("legacy", "none")):
         _, summary = _run_json(
-            ["cache-replay", path, "--page-size", "16", "--full-tokens", "2048", "--swa-tokens", "512",
-             "--window", "64", "--tombstone", tomb, "--swa-eviction", swa, "--json"]
+            [
+                "cache-replay",
+                path,
+                "--page-size",
+                "16",
+                "--full-tokens",
+                "2048",
+                "--swa-tokens",
+                "512",
+                "--window",
+                "64",
+                "--tombstone",
+                tomb,
+                "--swa-eviction",
+                swa,
+                "--json",
+            ]
         )
         outs[(tomb, swa)] = summary["tree"]["tombstones"]
     # decode-time SWA eviction leaves the freed output span as tombstones in the tree;
@@ -76,8 +110,19 @@ def test_cache_replay_unknown_policy_is_one_clear_line(tmp_path):
 @pytest.mark.skipif(not (SHARED / "mooncake").exists(), reason="../shared/traces not present")
 def test_cache_replay_on_shared_mooncake_trace():
     rows, summary = _run_json(
-        ["cache-replay", str(SHARED / "mooncake" / "arxiv_trace_head1000.jsonl"), "--page-size", "64",
-         "--full-tokens", "1000000", "--swa-tokens", "500000", "--window", "127", "--json"]
+        [
+            "cache-replay",
+            str(SHARED / "mooncake" / "arxiv_trace_head1000.jsonl"),
+            "--page-size",
+            "64",
+            "--full-tokens",
+            "1000000",
+            "--swa-tokens",
+            "500000",
+            "--window",
+            "127",
+            "--json",
+        ]
     )
     assert summary["requests"] == 1000 == len(rows)
     assert summary["aborted"] == 0

@@ -193,7 +193,9 @@ def test_config_rejects_swa_pool_smaller_than_window_plus_page():
 
 
 @pytest.mark.parametrize("order", sorted(EVICTION_ORDERS.names()))
-@pytest.mark.parametrize("tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("unified", "none")])
+@pytest.mark.parametrize(
+    "tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("unified", "none")]
+)
 def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
     rng = np.random.default_rng(7)
     system = list(rng.integers(0, 50, 200))
@@ -204,8 +206,14 @@ def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
             reqs.append((f"c{c}t{t}", convs[c], out))
             convs[c] = convs[c] + out + list(rng.integers(0, 50, 10))
     cfg = CacheReplayConfig(
-        page_size=4, full_tokens=2400, swa_tokens=700, window=32, tombstone=tombstone,
-        swa_eviction=swa, eviction_policy=order, check_invariants=True,
+        page_size=4,
+        full_tokens=2400,
+        swa_tokens=700,
+        window=32,
+        tombstone=tombstone,
+        swa_eviction=swa,
+        eviction_policy=order,
+        check_invariants=True,
     )
     res = replay_requests(reqs, cfg)
     assert res.evictions["calls"] > 0
@@ -213,7 +221,9 @@ def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
 
 
 @pytest.mark.parametrize("page_size", [1, 16, 64])
-@pytest.mark.parametrize("tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window")])
+@pytest.mark.parametrize(
+    "tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window")]
+)
 def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
     rng = np.random.default_rng(page_size)
     reqs, convs = [], [list(rng.integers(0, 40, 100)) for _ in range(3)]
@@ -222,8 +232,14 @@ def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
             out = list(rng.integers(0, 40, int(rng.integers(1, 700))))
             reqs.append((f"c{c}t{t}", convs[c], out))
             convs[c] = convs[c] + out + list(rng.integers(0, 40, 30))
-    base = dict(page_size=page_size, full_tokens=6400, swa_tokens=1280, window=64, tombstone=tombstone,
-                swa_eviction=swa)
+    base = dict(
+        page_size=page_size,
+        full_tokens=6400,
+        swa_tokens=1280,
+        window=64,
+        tombstone=tombstone,
+        swa_eviction=swa,
+    )
     slow = replay_requests(reqs, CacheReplayConfig(**base, fast_forward=False, check_invariants=True))
     fast = replay_requests(reqs, CacheReplayConfig(**base, fast_forward=True, check_invariants=True))
     assert slow.evictions["calls"] > 0

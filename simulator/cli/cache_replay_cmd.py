@@ -36,10 +36,14 @@ def workload_from_trace(path: Path, page_size: int, limit: int | None) -> list[W
 
 @user_errors_exit
 def cache_replay(
-    workload: Annotated[Path, typer.Argument(help="JSONL {rid,input_ids,output_ids} or any trace kvplan reads")],
+    workload: Annotated[
+        Path, typer.Argument(help="JSONL {rid,input_ids,output_ids} or any trace kvplan reads")
+    ],
     page_size: Annotated[int, typer.Option("--page-size", help="SGLang --page-size")] = 1,
     full_tokens: Annotated[int, typer.Option("--full-tokens", help="full pool size (allocator size)")] = 4096,
-    swa_tokens: Annotated[int, typer.Option("--swa-tokens", help="SWA pool size (allocator size_swa)")] = 1024,
+    swa_tokens: Annotated[
+        int, typer.Option("--swa-tokens", help="SWA pool size (allocator size_swa)")
+    ] = 1024,
     window: Annotated[int, typer.Option("--window", help="SGLang sliding_window_size")] = 128,
     swa_eviction: Annotated[
         str, typer.Option("--swa-eviction", help=f"one of {', '.join(SWA_EVICTION.names())}")
@@ -54,7 +58,9 @@ def cache_replay(
         bool, typer.Option("--check-invariants", help="run SGLang's sanity checks after every step")
     ] = False,
     limit: Annotated[int | None, typer.Option("--limit", help="replay only the first N requests")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="one JSON object per request, then a summary")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="one JSON object per request, then a summary")
+    ] = False,
 ) -> None:
     """Serve WORKLOAD through the hybrid SWA radix cache exactly as SGLang does at batch size 1."""
     cfg = CacheReplayConfig(
@@ -97,5 +103,7 @@ def _print_summary(summary: dict, workload: Path) -> None:
     for k in ("tombstones_created", "tombstones_healed", "leaves_deleted"):
         table.add_row(k.replace("_", " "), str(summary["counters"][k]))
     ev = summary["evictions"]
-    table.add_row("evictions (calls / full / swa tokens)", f"{ev['calls']} / {ev['full_evicted']} / {ev['swa_evicted']}")
+    table.add_row(
+        "evictions (calls / full / swa tokens)", f"{ev['calls']} / {ev['full_evicted']} / {ev['swa_evicted']}"
+    )
     Console().print(table)

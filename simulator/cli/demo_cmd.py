@@ -20,7 +20,9 @@ BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "moonc
 
 @user_errors_exit
 def demo(
-    trace: Annotated[Path, typer.Option("--trace", help="trace file (default: bundled Mooncake sample)")] = BUNDLED_TRACE,
+    trace: Annotated[
+        Path, typer.Option("--trace", help="trace file (default: bundled Mooncake sample)")
+    ] = BUNDLED_TRACE,
     model: Annotated[str, typer.Option("--model", help="model preset or config path")] = "gpt-oss-120b",
     gpu: Annotated[str, typer.Option("--gpu", help="GPU preset")] = "H200",
     tp: Annotated[int, typer.Option("--tp", help="tensor parallel size")] = 2,
@@ -90,5 +92,7 @@ def demo(
     table.add_row("infinite-cache hit rate (bound)", f"{out['infinite_cache_hit_rate']:.4f}")
     table.add_row("SGLang 0.5.23 cache hit rate", f"{out['cache_hit_rate']:.4f}")
     table.add_row("SWA tombstones in tree at end", f"{out['tombstones']}")
-    table.add_row("evicted FULL / SWA tokens", f"{out['evicted_full_tokens']:,} / {out['evicted_swa_tokens']:,}")
+    table.add_row(
+        "evicted FULL / SWA tokens", f"{out['evicted_full_tokens']:,} / {out['evicted_swa_tokens']:,}"
+    )
     Console().print(table)
