@@ -1,0 +1,45 @@
+"""One request as the serving simulator sees it."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class SimRequest:
+    """A request: its content as page ids and lengths, and what the server did with it.
+
+    ``pages`` are the ids of the full pages of prompt ++ output (``Trace.sequence_pages``).
+    Times are simulated seconds. ``arrival_s`` is when the client sends it (bench_multiturn's
+    POST); ``first_token_s`` when the first output token is produced (end of its last prefill
+    chunk); ``finish_s`` when the last output token is produced.
+    """
+
+    rid: str
+    pages: np.ndarray
+    prompt_len: int
+    output_len: int
+    arrival_s: float = math.nan
+    session: str | None = None
+    round: int = 0
+    heartbeat: bool = False
+    index: int = -1  # row in the trace
+    # --- filled by the server -------------------------------------------------------------
+    first_token_s: float = math.nan
+    finish_s: float = math.nan
+    cached_tokens: int = 0
+    retractions: int = 0
+    aborted: bool = False
+    abort_reason: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token_s - self.arrival_s
+
+    @property
+    def latency(self) -> float:
+        return self.finish_s - self.arrival_s
