@@ -1,0 +1,45 @@
+"""Everything a simulation run needs besides the workload, with SGLang's flag names."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """One what-if configuration. Server fields mirror SGLang's launch flags (None = SGLang's
+    default resolution); policy fields select registered policies by name."""
+
+    model: str = "gpt-oss-120b"
+    gpu: str = "H200"
+    tp: int = 1
+    # --- SGLang server flags ------------------------------------------------------------
+    page_size: int | None = None
+    swa_full_tokens_ratio: float | None = None
+    mem_fraction_static: float | None = None
+    max_total_tokens: int | None = None
+    max_running_requests: int | None = None
+    chunked_prefill_size: int | None = None
+    max_prefill_tokens: int = 16384
+    schedule_policy: str = "fcfs"
+    schedule_conservativeness: float = 1.0
+    disable_radix_cache: bool = False
+    radix_eviction_policy: str = "lru"
+    disable_overlap_schedule: bool = True
+    kv_budget_gib: float | None = None
+    # --- kvplan policies ------------------------------------------------------------------
+    swa_eviction: str = "interval"
+    tombstone: str = "unified"
+    swa_eviction_interval: int = 128
+    # --- cost model -----------------------------------------------------------------------
+    profile: str | None = None  # calibration profile JSON path
+    # --- workload timing (open loop) -------------------------------------------------------
+    time_scale: float = 1.0  # multiply trace inter-arrival times
+    request_rate: float | None = None  # override: Poisson arrivals at this rate (req/s)
+    think_time_s: float = 0.0  # sessions: delay between a turn's finish and the next turn
+    seed: int = 0
+    # --- observability --------------------------------------------------------------------
+    log_decode: bool = False
+    decode_log_interval: int = 40
+    check_invariants: bool = False
+    extra: dict = field(default_factory=dict)
