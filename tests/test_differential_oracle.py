@@ -1,0 +1,434 @@
+"""Differential tests: kvplan's cache replay against SGLang's own cache classes.
+
+For each of six configurations -- SGLang 0.5.23 (``tombstone="unified"``,
+``swa_eviction="interval"``) and 0.5.15 (``tombstone="legacy"``, ``swa_eviction="iteration"``)
+at page sizes 1, 16 and 64 -- Hypothesis generates multi-turn workloads
+(``tests/workload_gen.py``), the SGLang oracle serves them one request at a time, kvplan's
+``replay_requests`` serves them too, and every request's ``prefix_len`` and the six pool sizes
+at every checkpoint must agree.  Each configuration must also show, over its examples, full
+eviction, SWA eviction, SWA tombstones and tombstone healing -- a differential test that never
+reaches those paths proves little.
+
+Environment:
+
+* ``KVPLAN_ORACLE_EXAMPLES`` -- examples per configuration (default 300).
+* ``KVPLAN_ORACLE_SMOKE_EXAMPLES`` -- examples per configuration of the oracle-only generator
+  check (default 20).
+* ``KVPLAN_REQUIRE_ORACLE=1`` -- a missing oracle venv fails instead of skipping (CI).
+* ``KVPLAN_ORACLE_TREE_CORE`` -- 0.5.23 tree core for the differential test: ``rust``
+  (default, SGLang's default) or ``python`` (slower; lets the oracle count heals itself).
+* ``KVPLAN_ORACLE_REPORT`` -- append one JSON line of coverage and timing per configuration.
+* ``KVPLAN_ORACLE_FAILURES`` -- folder for the JSONL of a failing workload (default
+  ``out/oracle-failures``).
+
+Run: ``.venv/bin/pytest -m oracle tests/test_differential_oracle.py`` (see
+docs/differential-testing.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from oracle_harness import (
+    REPO_ROOT,
+    VERSIONS,
+    OracleProcess,
+    OracleWorker,
+    OracleWorkloadError,
+    compare_records,
+    oracle_command_line,
+    oracle_dir,
+    oracle_missing_reason,
+    oracle_python,
+)
+from workload_gen import SETTINGS, PoolSetting, Workload, check_feasible, workloads_for_page
+
+pytestmark = pytest.mark.oracle
+
+PAGE_SIZES = (1, 16, 64)
+CONFIGS = [(version, page) for version in ("0.5.23", "0.5.15") for page in PAGE_SIZES]
+CONFIG_IDS = [f"sglang{v}-page{p}" for v, p in CONFIGS]
+MIN_EXAMPLES_FOR_COVERAGE = 50
+"""Below this many examples the coverage tallies are reported but not asserted."""
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value else default
+
+
+def _require_oracle(version: str) -> None:
+    """Skip (or fail, under ``KVPLAN_REQUIRE_ORACLE=1``) when ``version`` cannot run."""
+    reason = oracle_missing_reason(version)
+    if reason is None:
+        return
+    if os.environ.get("KVPLAN_REQUIRE_ORACLE") == "1":
+        pytest.fail(f"KVPLAN_REQUIRE_ORACLE=1 but {reason}")
+    pytest.skip(reason)
+
+
+# --------------------------------------------------------------------------- fixtures
+@pytest.fixture(scope="session")
+def oracle_process() -> Iterator[Callable[[str], OracleProcess]]:
+    """``get(version)``: one lazily started oracle subprocess per SGLang version, shared by
+    every configuration and test of the session (the sglang import is the expensive part)."""
+    procs: dict[str, OracleProcess] = {}
+
+    def get(version: str) -> OracleProcess:
+        _require_oracle(version)
+        if version not in procs:
+            procs[version] = OracleProcess(version)
+            procs[version].start()
+        return procs[version]
+
+    yield get
+    for proc in procs.values():
+        proc.close()
+
+
+@pytest.fixture(scope="session")
+def oracle_worker(
+    oracle_process: Callable[[str], OracleProcess],
+) -> Callable[..., OracleWorker]:
+    """``get(version, setting, tree_core="rust")``: an :class:`OracleWorker` for one pool setting
+    on the shared process of its version."""
+
+    def get(version: str, setting: PoolSetting, tree_core: str = "rust") -> OracleWorker:
+        return OracleWorker(
+            version,
+            setting.page_size,
+            setting.full_tokens,
+            setting.swa_tokens,
+            setting.window,
+            max_context_len=setting.max_context_len,
+            tree_core=tree_core,
+            process=oracle_process(version),
+        )
+
+    return get
+
+
+# --------------------------------------------------------------------------- tallies
+@dataclass
+class Tally:
+    """What the generated workloads of one configuration made the caches do.
+
+    Why: the comparison is only as strong as the paths it reaches, so the tests assert that
+    eviction, tombstoning and healing were actually exercised, and report how often."""
+
+    config: str
+    examples: int = 0
+    requests: int = 0
+    prompt_tokens: int = 0
+    hit_tokens: int = 0
+    counts: Counter[str] = field(default_factory=Counter)
+    oracle_s: float = 0.0
+    kvplan_s: float = 0.0
+    wall_s: float = 0.0
+
+    def add_oracle(self, wl: Workload, result: dict[str, Any]) -> None:
+        """Count one oracle result (examples with each kind of event, and totals)."""
+        self.examples += 1
+        self.requests += len(wl.requests)
+        self.prompt_tokens += result["total_prompt_tokens"]
+        self.hit_tokens += result["total_prefix_hit_tokens"]
+        ev = result["evictions"]
+        self.counts["with_eviction_call"] += ev["calls"] > 0
+        self.counts["with_full_eviction"] += ev["full_evicted"] > 0
+        self.counts["with_swa_eviction"] += ev["swa_evicted"] > 0
+        self.counts["with_tombstones_at_end"] += result["tree"]["tombstones"] > 0
+        self.counts["with_decode_past_trigger"] += any(
+            len(r["output_ids"]) >= wl.setting.long_answer for r in wl.requests
+        )
+        self.counts["with_single_token_answer"] += any(len(r["output_ids"]) == 1 for r in wl.requests)
+        heals = result.get("oracle_heals")
+        if heals is not None:
+            self.counts["oracle_heal_observed"] += 1
+            self.counts["with_heal_oracle"] += heals > 0
+            self.counts["heals_oracle"] += heals
+        self.counts[f"style_{wl.shape.get('style')}"] += 1
+        self.counts[f"setting_{wl.setting.name}"] += 1
+
+    def add_kvplan(self, oracle: dict[str, Any], result: Any) -> None:
+        """Count kvplan's own counters, and soft differences (reported, not asserted)."""
+        counters = getattr(result, "counters", {}) or {}
+        healed = counters.get("tombstones_healed")
+        if healed is not None:
+            self.counts["kvplan_heal_observed"] += 1
+            self.counts["with_heal_kvplan"] += healed > 0
+            self.counts["heals_kvplan"] += healed
+        created = counters.get("tombstones_created")
+        if created is not None:
+            self.counts["with_tombstone_created_kvplan"] += created > 0
+        ev = getattr(result, "evictions", None) or counters.get("evictions") or {}
+        for key in ("full_evicted", "swa_evicted"):
+            if key in ev and ev[key] != oracle["evictions"][key]:
+                self.counts[f"soft_diff_{key}"] += 1
+        stats = getattr(result, "tree_stats", {}) or {}
+        for key in ("nodes", "tombstones", "tombstone_tokens"):
+            if key in stats and stats[key] != oracle["tree"][key]:
+                self.counts[f"soft_diff_tree_{key}"] += 1
+
+    def summary(self) -> dict[str, Any]:
+        """JSON-able summary for the report line and the test output."""
+        return dict(
+            config=self.config,
+            examples=self.examples,
+            requests=self.requests,
+            hit_rate=round(self.hit_tokens / max(1, self.prompt_tokens), 4),
+            oracle_s=round(self.oracle_s, 2),
+            kvplan_s=round(self.kvplan_s, 2),
+            wall_s=round(self.wall_s, 2),
+            oracle_ms_per_example=round(1000 * self.oracle_s / max(1, self.examples), 1),
+            **dict(sorted(self.counts.items())),
+        )
+
+    def coverage_problems(self) -> list[str]:
+        """Paths that no example reached (empty when coverage is as required)."""
+        c = self.counts
+        problems = [
+            f"no example with {what}"
+            for what in (
+                "with_full_eviction",
+                "with_swa_eviction",
+                "with_tombstones_at_end",
+                "with_decode_past_trigger",
+                "with_single_token_answer",
+            )
+            if c[what] == 0
+        ]
+        if c["kvplan_heal_observed"]:
+            if c["with_heal_kvplan"] == 0:
+                problems.append("kvplan counted no tombstone healing in any example")
+        elif c["oracle_heal_observed"]:
+            if c["with_heal_oracle"] == 0:
+                problems.append("the oracle observed no tombstone healing in any example")
+        else:
+            problems.append(
+                "healing not observable: kvplan counters lack 'tombstones_healed' "
+                "and the oracle runs the Rust tree core"
+            )
+        return problems
+
+    def report(self, record_property: Callable[[str, Any], None]) -> None:
+        """Print the tally, attach it to the JUnit report, and append it to
+        ``$KVPLAN_ORACLE_REPORT`` if set."""
+        summary = self.summary()
+        print(f"\n[oracle tally] {json.dumps(summary)}")
+        record_property("oracle_tally", json.dumps(summary))
+        path = os.environ.get("KVPLAN_ORACLE_REPORT")
+        if path:
+            with open(path, "a") as f:
+                f.write(json.dumps(summary) + "\n")
+
+
+def _check_oracle_result(result: dict[str, Any], wl: Workload) -> None:
+    """The oracle run must be trustworthy: no GPU kernel reached, no aborts, no retraction."""
+    assert result["triton_launch_attempts"] == [], f"GPU kernel reached: {result['triton_launch_attempts']}"
+    assert result["errors"] == [], f"oracle errors {result['errors']} on {wl.summary()}"
+    assert result.get("retractions", 0) == 0 and result.get("aborts", 0) == 0
+    assert result["sanity_check_failures"] == 0
+    assert [r["rid"] for r in result["requests"]] == [r["rid"] for r in wl.requests]
+
+
+def _save_failure(wl: Workload, tag: str) -> Path:
+    root = Path(os.environ.get("KVPLAN_ORACLE_FAILURES", REPO_ROOT / "out" / "oracle-failures"))
+    root.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha1(json.dumps(wl.requests).encode()).hexdigest()[:10]
+    return wl.to_jsonl(root / f"{tag}-{wl.setting.name}-{digest}.jsonl")
+
+
+def _oracle_run(worker: OracleWorker, wl: Workload, tag: str) -> dict[str, Any]:
+    try:
+        return worker.run(wl.requests)
+    except OracleWorkloadError as e:
+        path = _save_failure(wl, tag)
+        raise AssertionError(
+            f"oracle failed on a generated workload (the generator must keep requests feasible): "
+            f"{e.error_type}: {str(e.response.get('error'))[:300]}\n{wl.summary()}\n"
+            f"rerun: {oracle_command_line(worker.version, path, worker)}"
+        ) from None
+
+
+# --------------------------------------------------------------------------- harness tests
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.15"])
+def test_worker_matches_fresh_cli_run(
+    version: str, oracle_worker: Callable[..., OracleWorker], tmp_path: Path
+) -> None:
+    """A long-lived worker that served other configurations first answers exactly as a fresh
+    CLI run of the driver on the same file -- the premise of sharing one process."""
+    _require_oracle(version)
+    from hypothesis import find
+
+    setting = SETTINGS[16][1]
+    wl = find(
+        workloads_for_page(16),
+        lambda w: w.setting == setting and len(w.requests) >= 5 and w.shape["style"] == "mixed",
+        settings=settings(database=None, derandomize=True, max_examples=500),
+    )
+    path = wl.to_jsonl(tmp_path / "w.jsonl")
+    warm_up = [("a", list(range(100)), [1] * 20), ("b", list(range(150)), [2] * 5)]
+    for other in (SETTINGS[1][0], SETTINGS[64][1]):  # leave state behind, if any could leak
+        oracle_worker(version, other).run(warm_up)
+    via_worker = oracle_worker(version, setting).run(wl.requests)
+    cmd = oracle_command_line(version, path, oracle_worker(version, setting)).split()
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    via_cli = json.loads(proc.stdout)
+    assert via_worker["requests"] == via_cli["requests"]
+    for key in ("evictions", "final_sizes", "num_requests", "hit_rate", "triton_launch_attempts"):
+        assert via_worker[key] == via_cli[key], key
+    for key in ("nodes", "leaves", "tombstones", "tombstone_tokens", "full_tokens", "swa_tokens"):
+        assert via_worker["tree"][key] == via_cli["tree"][key], key
+
+
+@pytest.mark.parametrize("version", ["0.5.23", "0.5.15"])
+def test_worker_survives_failing_workload(version: str, oracle_worker: Callable[..., OracleWorker]) -> None:
+    """An infeasible workload (prompt larger than the SWA pool) is reported as an error answer
+    and the same process goes on serving."""
+    _require_oracle(version)
+    setting = SETTINGS[1][0]
+    worker = oracle_worker(version, setting)
+    too_long = [("big", list(range(1, setting.swa_tokens + 50)), [7, 8])]
+    with pytest.raises(OracleWorkloadError, match="(?i)out of memory"):
+        worker.run(too_long)
+    bad_token = [{"rid": "x", "input_ids": [1, "2"], "output_ids": [3]}]
+    assert worker.process is not None
+    response = worker.process.request({"requests": bad_token, "args": worker.driver_args})
+    assert not response["ok"] and response["error_type"] == "WorkloadError"
+    ok = worker.run([("a", [1, 2, 3, 4], [5, 6]), ("b", np.array([1, 2, 3, 4, 9]), [5])])
+    assert [r["prefix_len"] for r in ok["requests"]] == [0, 4]  # the tree got prompt + output - 1
+
+
+@pytest.mark.parametrize(("version", "page_size"), CONFIGS, ids=CONFIG_IDS)
+def test_generated_workloads_run_on_oracle(
+    version: str, page_size: int, oracle_worker: Callable[..., OracleWorker], record_property: Any
+) -> None:
+    """Oracle-only check of the generator (runs without kvplan's cache): every generated
+    workload is feasible, the oracle stays on CPU code, the Rust and Python tree cores agree
+    request by request (0.5.23), and eviction, tombstones and healing occur."""
+    _require_oracle(version)
+    tally = Tally(config=f"smoke-sglang{version}-page{page_size}")
+    n = _env_int("KVPLAN_ORACLE_SMOKE_EXAMPLES", 20)
+    t0 = time.perf_counter()
+
+    @settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        assert check_feasible(wl) == []
+        result = _oracle_run(oracle_worker(version, wl.setting, tree_core="python"), wl, "smoke")
+        tally.oracle_s += result["oracle_wall_s"]
+        _check_oracle_result(result, wl)
+        tally.add_oracle(wl, result)
+        if version == "0.5.23":
+            rust = _oracle_run(oracle_worker(version, wl.setting, tree_core="rust"), wl, "smoke-rust")
+            diffs = compare_records(result["requests"], rust["requests"])
+            assert diffs == [], "Python and Rust tree cores disagree:\n" + "\n".join(diffs)
+
+    check()
+    tally.wall_s = time.perf_counter() - t0
+    tally.report(record_property)
+    if n >= 10:
+        for what in ("with_swa_eviction", "with_tombstones_at_end", "with_heal_oracle"):
+            assert tally.counts[what] > 0, f"{tally.config}: no example {what}: {tally.summary()}"
+
+
+# --------------------------------------------------------------------------- the comparison
+def _load_replay() -> tuple[Any, Any]:
+    """kvplan's cache replay, imported lazily so this module collects before it exists."""
+    try:
+        from simulator.cache_replay import CacheReplayConfig, replay_requests
+    except ImportError as e:
+        pytest.skip(f"simulator.cache_replay not available yet ({e})")
+    return CacheReplayConfig, replay_requests
+
+
+@pytest.mark.parametrize(("version", "page_size"), CONFIGS, ids=CONFIG_IDS)
+def test_cache_replay_matches_sglang(
+    version: str, page_size: int, oracle_worker: Callable[..., OracleWorker], record_property: Any
+) -> None:
+    """kvplan's replay equals SGLang's cache request by request on generated workloads."""
+    _require_oracle(version)
+    config_cls, replay_requests = _load_replay()
+    ver = VERSIONS[version]
+    tree_core = os.environ.get("KVPLAN_ORACLE_TREE_CORE", "rust")
+    tally = Tally(config=f"sglang{version}-page{page_size}")
+    n = _env_int("KVPLAN_ORACLE_EXAMPLES", 300)
+    t0 = time.perf_counter()
+
+    @settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        s = wl.setting
+        oracle = _oracle_run(oracle_worker(version, s, tree_core=tree_core), wl, f"sglang{version}")
+        tally.oracle_s += oracle["oracle_wall_s"]
+        _check_oracle_result(oracle, wl)
+        cfg = config_cls(
+            page_size=s.page_size,
+            full_tokens=s.full_tokens,
+            swa_tokens=s.swa_tokens,
+            window=s.window,
+            swa_eviction=ver.swa_eviction,
+            tombstone=ver.tombstone,
+            eviction_policy="lru",
+            check_invariants=True,
+        )
+        requests = [
+            (r["rid"], np.asarray(r["input_ids"], dtype=np.int64), list(r["output_ids"])) for r in wl.requests
+        ]
+        t1 = time.perf_counter()
+        result = replay_requests(requests, cfg)
+        tally.kvplan_s += time.perf_counter() - t1
+        diffs = compare_records(oracle["requests"], result.records)
+        if diffs:
+            path = _save_failure(wl, f"sglang{version}")
+            raise AssertionError(
+                f"kvplan != SGLang {version} ({ver.tombstone} + {ver.swa_eviction}) on "
+                f"{wl.summary()}\n  "
+                + "\n  ".join(diffs)
+                + f"\nworkload: {path}"
+                + f"\noracle: {oracle_command_line(version, path, oracle_worker(version, s))}"
+                + f"\nkvplan: kvplan cache-replay {path} --page-size {s.page_size} --full-tokens "
+                f"{s.full_tokens} --swa-tokens {s.swa_tokens} --window {s.window} --swa-eviction "
+                f"{ver.swa_eviction} --tombstone {ver.tombstone} --json"
+            )
+        tally.add_oracle(wl, oracle)
+        tally.add_kvplan(oracle, result)
+
+    check()
+    tally.wall_s = time.perf_counter() - t0
+    tally.report(record_property)
+    if n >= MIN_EXAMPLES_FOR_COVERAGE:
+        problems = tally.coverage_problems()
+        assert problems == [], f"{tally.config}: {problems}\n{tally.summary()}"
+
+
+def test_oracle_paths_resolve() -> None:
+    """The oracle folder and venv locations follow the documented defaults and overrides."""
+    assert oracle_dir().name == "oracle"
+    for version in VERSIONS:
+        assert oracle_python(version).parts[-3] in ("venv", "venv015")
