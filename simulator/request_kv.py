@@ -45,6 +45,9 @@ class ReqKV:
     cached_tokens: int = 0
     num_outputs: int = 0
     fill_len: int = 0
+    extend_end: int = 0
+    already_computed: int = 0
+    retracted_stain: bool = False
     decode_batch_idx: int = 0
     swa_branching_seqlen: int | None = None
     last_node: object = None

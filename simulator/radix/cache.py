@@ -26,6 +26,9 @@ SIZE_KEYS = (
 )
 
 
+RETRACT_DECODE_STEPS = 20  # SGLANG_RETRACT_DECODE_STEPS
+
+
 class OutOfMemory(KvplanError):
     """An allocation that cannot be met even after evicting everything evictable."""
 
@@ -88,6 +91,7 @@ class SWARadixCache:
         """``common.py:match_kv_cache``: key = prompt (+ outputs), capped at len - 1, page-floored."""
         fill_len = req.prompt_len + req.num_outputs
         req.fill_len = fill_len  # Req.fill_ids lags output_ids until the next decode prepare
+        req.extend_end = fill_len  # admission may shorten it to one chunk
         limit = max(0, fill_len - 1)
         n_pages = limit // self.page_size
         result = self.tree.match_prefix(req.pages[:n_pages])
@@ -99,47 +103,66 @@ class SWARadixCache:
         """``PrefillAdder._commit_prefill_admission``: ``req.lock = tree.lock(req.last_node)``."""
         req.lock = self.tree.lock(req.last_node)
 
-    def alloc_for_extend(self, req: ReqKV) -> None:
-        """``mem_cache/allocation.py:alloc_for_extend`` for a batch of one, no chunking."""
+    def alloc_for_extend(self, reqs: list[ReqKV] | ReqKV) -> None:
+        """``mem_cache/allocation.py:alloc_for_extend`` for one prefill batch.
+
+        Each request extends from ``prefix_len`` to ``extend_end`` (a whole prompt, or one chunk
+        of it); a partial last page is continued, as ``alloc_extend``'s ``last_loc`` does.
+        """
+        if isinstance(reqs, ReqKV):
+            reqs = [reqs]
         p = self.page_size
-        seq_len = req.prompt_len + req.num_outputs
-        extend = seq_len - req.prefix_len
+        extend = sum(r.extend_end - r.prefix_len for r in reqs)
         # alloc_paged_token_slots_extend over-estimates one page per request
-        self.evict_to_free_tokens(extend + p if p > 1 else extend)
-        pages = -(-seq_len // p) - (-(-req.prefix_len // p))
+        self.evict_to_free_tokens(extend + len(reqs) * p if p > 1 else extend)
+        pages = sum(-(-r.extend_end // p) - (-(-r.prefix_len // p)) for r in reqs)
         if not self.allocator.can_alloc_pages(pages):
             raise OutOfMemory(
-                f"prefill out of memory for {req.rid}: need {pages * p} tokens, "
+                f"prefill out of memory for {', '.join(r.rid for r in reqs)}: need {pages * p} tokens, "
                 f"available full={self.allocator.full_available_size()} "
                 f"swa={self.allocator.swa_available_size()}"
             )
         self.allocator.alloc_pages(pages)
-        req.kv_allocated_len = seq_len
-        req.cache_protected_len = req.prefix_len
-        req.holds_kv = True
-        req.cached_tokens += req.prefix_len
+        for r in reqs:
+            if not r.holds_kv:
+                r.cache_protected_len = r.prefix_len
+                r.holds_kv = True
+            # ScheduleBatch.prepare_for_extend: cached_tokens += pre_len - already_computed
+            if not r.retracted_stain:
+                r.cached_tokens += r.prefix_len - r.already_computed
+            r.already_computed = r.extend_end
+            r.kv_allocated_len = r.extend_end
 
-    def check_decode_mem(self, req: ReqKV) -> bool:
-        """``ScheduleBatch.check_decode_mem`` -> ``check_decode_capacity`` (0.5.23)."""
+    def decode_pages_needed(self, reqs: list[ReqKV]) -> int:
+        """``new_tokens_required_next_decode`` in pages: requests whose next token opens a page."""
         p = self.page_size
-        need = p if req.kv_allocated_len % p == 0 else 0
+        return sum(1 for r in reqs if r.kv_allocated_len % p == 0)
+
+    def check_decode_mem(self, reqs: list[ReqKV] | ReqKV) -> bool:
+        """``ScheduleBatch.check_decode_mem`` -> ``check_decode_capacity`` (0.5.23)."""
+        if isinstance(reqs, ReqKV):
+            reqs = [reqs]
+        need = self.decode_pages_needed(reqs) * self.page_size
         self.evict_to_free_tokens(need)
         return self.allocator.available_size() >= need
 
-    def alloc_for_decode(self, req: ReqKV) -> None:
-        """``alloc_for_decode_default`` after ``maybe_evict_swa``: one slot, evict when short."""
+    def alloc_for_decode(self, reqs: list[ReqKV] | ReqKV) -> None:
+        """``alloc_for_decode_default`` after ``maybe_evict_swa``: one slot per request."""
+        if isinstance(reqs, ReqKV):
+            reqs = [reqs]
         p = self.page_size
-        self.evict_to_free_tokens(p)  # bs * page_size (or bs tokens at page_size 1)
-        if req.kv_allocated_len % p == 0:
-            if not self.allocator.can_alloc_pages(1):
-                raise OutOfMemory(
-                    f"decode out of memory for {req.rid} at seqlen {req.kv_allocated_len}: "
-                    f"available full={self.allocator.full_available_size()} "
-                    f"swa={self.allocator.swa_available_size()}"
-                )
-            self.allocator.alloc_pages(1)
-        req.kv_allocated_len += 1
-        req.decode_batch_idx += 1
+        self.evict_to_free_tokens(len(reqs) * p)  # bs * page_size (or bs at page_size 1)
+        pages = self.decode_pages_needed(reqs)
+        if not self.allocator.can_alloc_pages(pages):
+            raise OutOfMemory(
+                f"decode out of memory for {len(reqs)} requests: need {pages * p} tokens, "
+                f"available full={self.allocator.full_available_size()} "
+                f"swa={self.allocator.swa_available_size()}"
+            )
+        self.allocator.alloc_pages(pages)
+        for r in reqs:
+            r.kv_allocated_len += 1
+            r.decode_batch_idx += 1
 
     def quiet_decode_steps(self, req: ReqKV) -> int:
         """Decode steps from now whose evictions are certainly no-ops (both pools keep >= 1 page).
@@ -177,10 +200,29 @@ class SWARadixCache:
 
     def release_without_insert(self, req: ReqKV) -> None:
         """``release_kv_cache(checkpoint=False)``: retraction / abort, nothing enters the tree."""
-        self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
+        if req.holds_kv:
+            self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
         self.tree.unlock(req.lock)
         req.lock = None
         req.holds_kv = False
+
+    def retract(self, req: ReqKV, remaining: int) -> None:
+        """``schedule_batch.release_req`` + ``Req.reset_for_retract``: back to the queue.
+
+        The request keeps its output tokens; its next admission re-matches prompt ++ outputs.
+        """
+        self.release_without_insert(req)
+        self.evict_to_free_tokens(remaining * RETRACT_DECODE_STEPS)
+        req.kv_allocated_len = 0
+        req.cache_protected_len = 0
+        req.swa_evicted_seqlen = 0
+        req.cache_inserted_len = 0
+        req.prefix_len = 0
+        req.already_computed = 0
+        req.decode_batch_idx = 0
+        req.swa_branching_seqlen = None
+        req.last_node = None
+        req.retracted_stain = True
 
     def private_tokens(self, req: ReqKV) -> tuple[int, int]:
         """(FULL, SWA) tokens the request holds outside the tree (invariants 10 and 11)."""
@@ -233,7 +275,7 @@ class UnifiedSWACache(SWARadixCache):
         if branching is not None and aligned >= branching:
             req.swa_branching_seqlen = None
             if not finished:
-                self._free_out_of_window(req, req.fill_len - 1)
+                self._free_out_of_window(req, min(req.fill_len, req.kv_allocated_len) - 1)
 
     def release(self, req: ReqKV) -> None:
         """``common.py:release_kv_cache(checkpoint=True)`` for a finished request."""
