@@ -1,0 +1,583 @@
+"""The SGLang server model: scheduler, KV cache and cost model on a simpy clock.
+
+The scheduling loop follows ``managers/scheduler.py`` (paths relative to
+``python/sglang/srt/``): each iteration first tries to build a prefill batch
+(``_get_new_batch_prefill_raw`` with ``schedule_policy.PrefillAdder`` and
+``mem_cache/prefill_budget.SWAPrefillBudget``); if there is none it runs one decode step of the
+running batch (``update_running_batch``: ``check_decode_mem``, retraction, then
+``prepare_for_decode`` with decode-time SWA eviction). Results are processed right after each
+forward (no overlap scheduling). Quiet decode steps are fast-forwarded arithmetically.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from policies.eviction_order import EVICTION_ORDERS
+from policies.swa_eviction import SWA_EVICTION, DecodeContext
+from policies.tombstone import TOMBSTONING
+from simulator.engine.config import SimConfig
+from simulator.engine.observer import PoolCapacity, ServerObserver
+from simulator.engine.request import SimRequest
+from simulator.errors import ConfigError, KvplanError
+from simulator.invariants import check_invariants
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.radix.cache import OutOfMemory, make_cache
+from simulator.request_kv import ReqKV
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many waiting requests
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+class StuckSimulation(KvplanError):
+    """The server stopped making progress; the message says what it was waiting for."""
+
+
+@dataclass(eq=False)
+class ServerReq(ReqKV):
+    """A request inside the server: the cache's ``ReqKV`` plus scheduler state."""
+
+    sim: SimRequest | None = None
+    done: simpy.Event | None = None
+    ignore_eos: bool = True
+
+
+@dataclass(frozen=True)
+class ServerPools:
+    """Resolved pool geometry (from ``simulator.pool_sizing``) the server runs with."""
+
+    page_size: int
+    full_tokens: int
+    swa_tokens: int
+    window: int
+    max_running_requests: int
+    chunked_prefill_size: int
+    hybrid: bool = True
+
+
+@dataclass
+class NewTokenRatio:
+    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes."""
+
+    conservativeness: float = 1.0
+    current: float = field(init=False)
+    minimum: float = field(init=False)
+    decay: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        init = min(INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
+        self.current = init
+        self.minimum = init * MIN_NEW_TOKEN_RATIO_FACTOR
+        self.decay = (init - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    def on_decode_steps(self, steps: int) -> None:
+        self.current = max(self.current - self.decay * steps, self.minimum)
+
+
+class ServerModel:
+    """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: SimConfig,
+        pools: ServerPools,
+        cost_model,
+        observer: ServerObserver | None = None,
+    ) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.pools = pools
+        self.cost = cost_model
+        self.obs = observer or ServerObserver()
+        if cfg.schedule_policy not in ("fcfs", "lpm"):
+            raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
+        self.page_size = pools.page_size
+        self.window = pools.window
+        self.allocator = SWAKVAllocator(pools.full_tokens, pools.swa_tokens, pools.page_size)
+        tomb = TOMBSTONING.create(cfg.tombstone)
+        self.cache = make_cache(
+            tomb, self.allocator, pools.window, EVICTION_ORDERS.create(cfg.radix_eviction_policy)
+        )
+        kwargs = (
+            {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
+        )
+        self.swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **kwargs)
+        self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
+        self.waiting: list[ServerReq] = []
+        self.running: list[ServerReq] = []
+        self.chunked: ServerReq | None = None
+        self.forward_ct = 0
+        self.decode_steps = 0
+        self.swa_freed_by_decode = 0
+        self.retractions = 0
+        self.aborts = 0
+        self._wakeup: simpy.Event | None = None
+        self._interrupt: simpy.Event | None = None
+        self.obs.on_start(
+            PoolCapacity(self.allocator.full_capacity, self.allocator.swa_capacity),
+            dict(
+                page_size=pools.page_size,
+                full_tokens=pools.full_tokens,
+                swa_tokens=pools.swa_tokens,
+                window=pools.window,
+                max_running_requests=pools.max_running_requests,
+                chunked_prefill_size=pools.chunked_prefill_size,
+                hybrid=pools.hybrid,
+            ),
+        )
+        self.process = env.process(self._loop())
+
+    # ------------------------------------------------------------------ API
+    def submit(self, sim: SimRequest) -> simpy.Event:
+        """Queue ``sim`` now; the returned event succeeds with ``sim`` when it finishes/aborts."""
+        if sim.output_len < 1 or sim.prompt_len < 1:
+            raise ConfigError(f"request {sim.rid}: prompt and output must be non-empty")
+        sim.arrival_s = self.env.now if math.isnan(sim.arrival_s) else sim.arrival_s
+        req = ServerReq(
+            rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
+        )
+        req.done = self.env.event()
+        self.waiting.append(req)
+        self.obs.on_arrival(sim)
+        for ev in (self._wakeup, self._interrupt):
+            if ev is not None and not ev.triggered:
+                ev.succeed()
+        return req.done
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running and self.chunked is None
+
+    def counters(self) -> dict:
+        tree = self.cache.tree
+        return dict(
+            **{f"tree_{k}": v for k, v in vars(tree.counters).items()},
+            evictions=dict(vars(self.cache.evictions)),
+            swa_tokens_freed_by_decode_eviction=self.swa_freed_by_decode,
+            retractions=self.retractions,
+            aborts=self.aborts,
+            forward_steps=self.forward_ct,
+            decode_steps=self.decode_steps,
+            tree=tree.stats(),
+        )
+
+    # ------------------------------------------------------------------ usage
+    def _used(self) -> tuple[int, int]:
+        """``#full token`` / ``#swa token`` as SGLang's logs define them."""
+        a, t = self.allocator, self.cache.tree
+        full = a.full_capacity - (a.full_available_size() + t.full_evictable)
+        swa = a.swa_capacity - (a.swa_available_size() + t.swa_evictable)
+        return full, swa
+
+    def _check(self) -> None:
+        if self.cfg.check_invariants:
+            live = [r for r in self.running if r.holds_kv]
+            if self.chunked is not None and self.chunked.holds_kv:
+                live.append(self.chunked)
+            check_invariants(self.cache, live)
+
+    # ------------------------------------------------------------------ main loop
+    def _loop(self):
+        while True:
+            if self.idle:
+                self._wakeup = self.env.event()
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            batch = self._get_new_batch_prefill()
+            if batch:
+                yield from self._run_prefill(batch)
+            elif self.running:
+                yield from self._run_decode()
+            else:
+                # nothing runs and the head of the queue can never be admitted
+                self._abort_unservable()
+
+    def _abort(self, req: ServerReq, reason: str) -> None:
+        self.cache.release_without_insert(req)
+        self.aborts += 1
+        sim = req.sim
+        sim.aborted = True
+        sim.abort_reason = reason
+        sim.finish_s = self.env.now
+        sim.cached_tokens = req.cached_tokens
+        self.obs.on_finish(sim)
+        req.done.succeed(sim)
+
+    def _abort_unservable(self) -> None:
+        if self.chunked is not None:
+            req, self.chunked = self.chunked, None
+        else:
+            req = self.waiting.pop(0)
+        self._abort(
+            req,
+            f"request needs {req.fill_len - req.prefix_len} new tokens but the pools hold "
+            f"{self.allocator.full_capacity} FULL / {self.allocator.swa_capacity} SWA tokens",
+        )
+
+    # ------------------------------------------------------------------ admission
+    def _order_waiting(self) -> None:
+        """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM sorts by match."""
+        if self.cfg.schedule_policy == "lpm" and len(self.waiting) <= LPM_FALLBACK_QUEUE_LEN:
+            for r in self.waiting:
+                self.cache.match(r)
+            self.waiting.sort(key=lambda r: -r.prefix_len)
+
+    def _running_offset(self) -> float:
+        # PrefillAdder._get_running_request_total_token_offset
+        total = 0.0
+        for r in self.running:
+            ratio = 1.0 if r.ignore_eos else self.ratio.current
+            total += min(r.output_len - r.num_outputs, CLIP_MAX_NEW_TOKENS) * ratio
+        return total
+
+    def _swa_tokens(self, extend: int, max_new: int, chunk_limit: int | None) -> int:
+        # prefill_budget.estimate_swa_kv_tokens
+        w, p = self.window, self.page_size
+        allocated = extend if chunk_limit is None else min(extend, chunk_limit)
+        return max(allocated - w, 0) + min(extend + max_new, w) + p
+
+    def _get_new_batch_prefill(self) -> list[ServerReq]:
+        """``Scheduler._get_new_batch_prefill_raw`` with ``PrefillAdder`` + ``SWAPrefillBudget``."""
+        if not self.waiting and self.chunked is None:
+            return []
+        max_running = self.pools.max_running_requests
+        if len(self.running) >= max_running and self.chunked is None:
+            return []
+        p = self.page_size
+        a, tree = self.allocator, self.cache.tree
+        cps = self.pools.chunked_prefill_size
+        rem_chunk = cps if cps > 0 else None
+        rem_input = self.cfg.max_prefill_tokens
+        total_offset = self._running_offset()
+        current_offset = 0.0
+        swa_offset = 0
+        can_run: list[ServerReq] = []
+
+        def remaining_total() -> float:
+            return a.full_available_size() + tree.full_evictable - total_offset
+
+        def remaining_current() -> float:
+            return a.full_available_size() + tree.full_evictable - current_offset
+
+        def remaining_swa() -> int:
+            return a.swa_available_size() + tree.swa_evictable - swa_offset
+
+        def reserve(extend: int, max_new: int) -> None:
+            nonlocal total_offset, current_offset, swa_offset, rem_input, rem_chunk
+            ext = -(-extend // p) * p
+            total_offset += ext + p + max_new
+            current_offset += ext + p
+            swa_offset += self._swa_tokens(ext, max_new, rem_chunk)
+            rem_input -= ext
+            if rem_chunk is not None:
+                rem_chunk -= ext
+
+        if self.chunked is not None:  # PrefillAdder.add_chunked_req
+            req = self.chunked
+            avail = rem_chunk if rem_chunk is not None else 1 << 60
+            avail = min(avail, int(remaining_total()), int(remaining_swa()) - p)
+            if avail > 0:
+                cand = req.fill_len - req.prefix_len
+                truncated = cand > avail
+                new_len = min(cand, avail)
+                req.extend_end = req.prefix_len + new_len
+                can_run.append(req)
+                reserve(new_len, 0 if truncated else min(req.output_len, CLIP_MAX_NEW_TOKENS))
+                self.chunked = req if truncated else None
+            if self.chunked is not None:
+                return can_run
+
+        self._order_waiting()
+        admitted_from_queue: list[ServerReq] = []
+        for req in list(self.waiting):
+            # budget_state
+            if not (remaining_total() > 0 and remaining_current() > 0 and remaining_swa() > 0):
+                break
+            if rem_input <= 0 or (rem_chunk is not None and rem_chunk <= 0):
+                break
+            if len(can_run) + len(self.running) >= max_running:
+                break
+            self.cache.match(req)  # init_next_round_input
+            max_new = min(max(req.output_len - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
+            extend = req.fill_len - req.prefix_len
+            total_tokens = extend + max_new + p
+            probe = tree.lock(req.last_node)  # PrefillAdder._lock_node
+            try:
+                ok = total_tokens < remaining_total()
+                chunk_limit = rem_chunk
+                if ok:
+                    ext_paged = -(-extend // p) * p
+                    needed = self._swa_tokens(ext_paged, max_new, chunk_limit)
+                    if needed >= remaining_swa():
+                        ok = False
+                        if needed >= a.swa_capacity and chunk_limit is not None:
+                            # _chunk_cap: a smaller chunk bounds the transient SWA footprint
+                            headroom = self._swa_tokens(0, max_new, None)
+                            cap = max(0, int(remaining_swa()) - headroom) // p * p
+                            if cap > 0:
+                                ok, chunk_limit = True, min(chunk_limit, cap)
+                if not ok:
+                    if can_run or self.running:
+                        break  # NO_TOKEN: the batch is full for now
+                    break
+                if chunk_limit is None and can_run and -(-extend // p) * p >= rem_input:
+                    break
+                is_chunked = False
+                adm_new = min(req.output_len, CLIP_MAX_NEW_TOKENS)
+                if chunk_limit is not None and -(-extend // p) * p > chunk_limit:
+                    ext = chunk_limit // p * p
+                    end = (req.prefix_len + ext) // p * p
+                    extend = end - req.prefix_len
+                    if extend <= 0:
+                        break
+                    is_chunked = True
+                    adm_new = 0
+                # _commit_prefill_admission
+                req.extend_end = req.prefix_len + extend
+                req.lock = tree.lock(req.last_node)
+                can_run.append(req)
+                admitted_from_queue.append(req)
+                reserve(extend, adm_new)
+                if is_chunked:
+                    self.chunked = req
+            finally:
+                tree.unlock(probe)
+            if is_chunked:
+                break
+        for req in admitted_from_queue:
+            self.waiting.remove(req)
+        return can_run
+
+    # ------------------------------------------------------------------ prefill
+    def _run_prefill(self, batch: list[ServerReq]):
+        t0 = self.env.now
+        cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
+        try:
+            self.cache.alloc_for_extend(batch)
+        except OutOfMemory as exc:
+            for r in batch:
+                if r is self.chunked:
+                    self.chunked = None
+                self._abort(r, str(exc))
+            return
+        self.forward_ct += 1
+        ext = np.array([r.extend_end - r.prefix_len for r in batch], dtype=np.int64)
+        pre = np.array([r.prefix_len for r in batch], dtype=np.int64)
+        dur = self.cost.prefill_time(ext, pre)
+        full_used, swa_used = self._used()
+        yield self.env.timeout(dur)
+        t1 = self.env.now
+        self.obs.on_prefill_batch(
+            t0,
+            t1,
+            [r.sim for r in batch],
+            int(ext.sum()),
+            cached_before,
+            full_used,
+            swa_used,
+            len(self.running),
+            len(self.waiting),
+        )
+        self.allocator.free_group_begin()
+        for r in batch:
+            if r is self.chunked:  # stash_chunked_request: checkpoint the chunk, stay chunked
+                self.cache.checkpoint(r, r.extend_end, finished=False)
+                r.prefix_len = r.extend_end
+                continue
+            r.num_outputs += 1
+            sim = r.sim
+            if math.isnan(sim.first_token_s):
+                sim.first_token_s = t1
+                self.obs.on_first_token(sim)
+            if r.num_outputs >= r.output_len:
+                self._finish(r)
+            else:
+                self.cache.checkpoint(r, r.extend_end, finished=False)
+                r.prefix_len = r.extend_end
+                self.running.append(r)
+        self.allocator.free_group_end()
+        self._check()
+
+    def _finish(self, r: ServerReq) -> None:
+        self.cache.release(r)
+        sim = r.sim
+        sim.finish_s = self.env.now
+        sim.cached_tokens = r.cached_tokens
+        sim.retractions = r.extra.get("retractions", 0)
+        self.obs.on_finish(sim)
+        r.done.succeed(sim)
+
+    # ------------------------------------------------------------------ decode
+    def _retract(self) -> None:
+        """``ScheduleBatch.retract_decode``: drop the fewest-output, longest-input requests."""
+        order = sorted(
+            range(len(self.running)),
+            key=lambda i: (self.running[i].num_outputs, -self.running[i].prompt_len),
+            reverse=True,
+        )
+        retracted: list[ServerReq] = []
+        first = True
+        while first or not self.cache.check_decode_mem([self.running[i] for i in order]):
+            if len(order) == 1:
+                break
+            first = False
+            idx = order.pop()
+            req = self.running[idx]
+            self.cache.retract(req, len(order))
+            req.extra["retractions"] = req.extra.get("retractions", 0) + 1
+            retracted.append(req)
+        aborted = []
+        if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
+            last = self.running[order.pop()]
+            aborted.append(last)
+        keep = set(order)
+        self.running = [r for i, r in enumerate(self.running) if i in keep]
+        before = self.ratio.current
+        decoded = sum(r.num_outputs for r in self.running)
+        max_new = sum(r.output_len for r in self.running)
+        self.ratio.current = min(1.0, (decoded + 20 * len(self.running)) / (max_new + 1))
+        self.retractions += len(retracted)
+        self.waiting.extend(retracted)
+        for r in aborted:
+            self._abort(r, "out of memory even after retracting all other requests")
+        if retracted:
+            self.obs.on_retract(self.env.now, [r.sim for r in retracted], before, self.ratio.current)
+
+    def _quiet_steps(self) -> int:
+        """Upcoming decode steps in which nothing but counters and page allocations happen."""
+        if self.waiting or self.chunked is not None or self.cfg.check_invariants:
+            return 0
+        batch = self.running
+        bs = len(batch)
+        p = self.page_size
+        ctx = DecodeContext(self.window, p, self.allocator, self.forward_ct)
+        k = min(r.output_len - r.num_outputs for r in batch) - 1
+        for r in batch:
+            k = min(k, self.swa_policy.quiet_steps(r, ctx))
+            seq = r.prompt_len + r.num_outputs
+            if seq < self.window:
+                k = min(k, self.window - seq)
+        if k <= 1:
+            return 0
+        # each step needs >= bs free pages in both pools before its checks (then no eviction)
+        free = min(self.allocator.full_free, self.allocator.swa_free)
+        if free < bs:
+            return 0
+        if p == 1:
+            k = min(k, (free - bs) // bs + 1)
+        else:
+            a = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
+            first = (-a) % p  # first step at which each request opens a page
+            steps = np.arange(k)
+            opens = ((steps[:, None] - first[None, :]) >= 0) & (((steps[:, None] - first[None, :]) % p) == 0)
+            per_step = opens.sum(axis=1)
+            consumed_before = np.concatenate([[0], np.cumsum(per_step)[:-1]])
+            bad = np.flatnonzero(free - consumed_before < bs)
+            if len(bad):
+                k = int(bad[0])
+        return max(0, k)
+
+    def _run_decode(self):
+        k = self._quiet_steps()
+        if k > 1:
+            yield from self._fast_forward(k)
+            return
+        batch = self.running
+        if not self.cache.check_decode_mem(batch):
+            self._retract()
+            batch = self.running
+            if not batch:
+                return
+        ctx = DecodeContext(self.window, self.page_size, self.allocator, self.forward_ct)
+        self.allocator.free_group_begin()
+        for r in batch:  # ScheduleBatch.maybe_evict_swa
+            self.swa_freed_by_decode += self.swa_policy.on_decode(r, ctx)
+        self.allocator.free_group_end()
+        try:
+            self.cache.alloc_for_decode(batch)
+        except OutOfMemory as exc:
+            victim = batch[-1]
+            self.running.remove(victim)
+            self._abort(victim, str(exc))
+            return
+        self.forward_ct += 1
+        full_used, swa_used = self._used()
+        seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
+        dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
+        yield self.env.timeout(dur)
+        self.decode_steps += 1
+        self.ratio.on_decode_steps(1)
+        self.obs.on_decode_steps(
+            np.array([self.env.now]),
+            [r.sim for r in batch],
+            np.array([full_used]),
+            np.array([swa_used]),
+            len(self.waiting),
+        )
+        self.allocator.free_group_begin()
+        still = []
+        for r in batch:
+            r.num_outputs += 1
+            if r.num_outputs >= r.output_len:
+                self._finish(r)
+            else:
+                still.append(r)
+        self.allocator.free_group_end()
+        self.running = still
+        self._check()
+
+    def _fast_forward(self, k: int):
+        """Run ``k`` quiet decode steps at once, stopping early if a request arrives."""
+        batch = self.running
+        bs = len(batch)
+        p = self.page_size
+        seqs0 = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
+        full0 = int(seqs0.sum())
+        swa0 = int(np.minimum(seqs0, self.window).sum())
+        swa_growth = int((seqs0 < self.window).sum())
+        durs = self.cost.decode_times(bs, full0, swa0, k, bs, swa_growth)
+        ends = self.env.now + np.cumsum(durs)
+        t_start = self.env.now
+        self._interrupt = self.env.event()
+        timeout = self.env.timeout(float(ends[-1] - t_start))
+        yield timeout | self._interrupt
+        interrupted = not timeout.triggered
+        self._interrupt = None
+        if interrupted:
+            # the step in flight completes before the scheduler sees the arrival
+            done = int(np.searchsorted(ends, self.env.now, side="right"))
+            m = min(k, done + 1)
+            remaining = float(ends[m - 1]) - self.env.now
+            if remaining > 0:
+                yield self.env.timeout(remaining)
+        else:
+            m = k
+        # per-step usage: private FULL/SWA grow by a page when a request opens one
+        steps = np.arange(m)
+        first = (-seqs0) % p
+        opens = ((steps[:, None] - first[None, :]) >= 0) & (((steps[:, None] - first[None, :]) % p) == 0)
+        pages_through = np.cumsum(opens.sum(axis=1))  # pages allocated up to and incl. step i
+        full_used0, swa_used0 = self._used()
+        self.allocator.alloc_pages(int(pages_through[-1]))
+        used_full = full_used0 + pages_through * p
+        used_swa = swa_used0 + pages_through * p
+        for r in batch:
+            r.kv_allocated_len += m
+            r.decode_batch_idx += m
+            r.num_outputs += m
+        self.forward_ct += m
+        self.decode_steps += m
+        self.ratio.on_decode_steps(m)
+        self.obs.on_decode_steps(
+            ends[:m].copy(), [r.sim for r in batch], used_full, used_swa, len(self.waiting)
+        )
+        self._check()

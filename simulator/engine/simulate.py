@@ -1,0 +1,96 @@
+"""Run one simulation: resolve SGLang's pools, build the server, start the clients, run."""
+
+from __future__ import annotations
+
+import simpy
+
+from simulator.engine.config import SimConfig
+from simulator.engine.observer import ServerObserver
+from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
+from simulator.errors import ConfigError
+from simulator.gpus import get_gpu
+from simulator.models import load_model
+from simulator.pool_sizing import compute_pool_sizes, compute_pool_sizes_from_budget
+from simulator.server_args import ServerArgs, resolve_server_args
+
+GIB = 1 << 30
+
+
+def resolve_pools(cfg: SimConfig):
+    """SGLang's pool sizes and scheduler limits for ``cfg`` (``simulator.pool_sizing``)."""
+    model = load_model(cfg.model)
+    gpu = get_gpu(cfg.gpu)
+    args = ServerArgs(
+        tp_size=cfg.tp,
+        page_size=cfg.page_size,
+        swa_full_tokens_ratio=cfg.swa_full_tokens_ratio,
+        mem_fraction_static=cfg.mem_fraction_static,
+        max_total_tokens=cfg.max_total_tokens,
+        max_running_requests=cfg.max_running_requests,
+        chunked_prefill_size=cfg.chunked_prefill_size,
+        max_prefill_tokens=cfg.max_prefill_tokens,
+        disable_radix_cache=cfg.disable_radix_cache,
+    )
+    if cfg.disable_radix_cache:
+        raise ConfigError("--disable-radix-cache is not modelled yet; kvplan simulates the radix cache")
+    resolved = resolve_server_args(model, gpu, args)
+    if cfg.kv_budget_gib is not None:
+        sizes = compute_pool_sizes_from_budget(model, int(cfg.kv_budget_gib * GIB), args, gpu)
+    else:
+        sizes = compute_pool_sizes(model, gpu, args)
+    hybrid = bool(sizes.swa_tokens) and bool(sizes.sliding_window)
+    if hybrid:
+        pools = ServerPools(
+            page_size=sizes.page_size,
+            full_tokens=sizes.full_tokens,
+            swa_tokens=sizes.swa_tokens,
+            window=int(sizes.sliding_window),
+            max_running_requests=int(sizes.max_running_requests),
+            chunked_prefill_size=int(resolved.chunked_prefill_size),
+        )
+    else:
+        # One pool (e.g. Gemma 3): the SWA side mirrors the FULL pool and no window ever binds.
+        pools = ServerPools(
+            page_size=sizes.page_size,
+            full_tokens=sizes.full_tokens,
+            swa_tokens=sizes.full_tokens,
+            window=1 << 40,
+            max_running_requests=int(sizes.max_running_requests),
+            chunked_prefill_size=int(resolved.chunked_prefill_size),
+            hybrid=False,
+        )
+    return model, gpu, sizes, pools
+
+
+def build_cost_model(cfg: SimConfig, model, gpu):
+    from simulator.cost_model import CostModel, load_profile
+
+    profile = load_profile(cfg.profile) if cfg.profile else None
+    return CostModel.from_presets(model, gpu, cfg.tp, profile)
+
+
+def simulate(trace, cfg: SimConfig, observer: ServerObserver | None = None) -> ServerModel:
+    """Serve ``trace`` under ``cfg``; ``observer`` (e.g. ``metrics.Recorder``) sees everything.
+
+    Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
+    """
+    from simulator.engine.clients import requests_from_trace, start_clients
+
+    model, gpu, _sizes, pools = resolve_pools(cfg)
+    cost = build_cost_model(cfg, model, gpu)
+    env = simpy.Environment()
+    observer = observer or ServerObserver()
+    server = ServerModel(env, cfg, pools, cost, observer)
+    requests = requests_from_trace(trace, pools.page_size)
+    start_clients(env, server, trace, cfg, requests)
+    env.run()
+    unfinished = [r for r in requests if r.finish_s != r.finish_s]  # NaN
+    if unfinished:
+        raise StuckSimulation(
+            f"{len(unfinished)} of {len(requests)} requests never finished (first: {unfinished[0].rid}); "
+            f"server state: {len(server.waiting)} waiting, {len(server.running)} running, "
+            f"chunked={'yes' if server.chunked else 'no'}, full available "
+            f"{server.allocator.full_available_size()}, SWA available {server.allocator.swa_available_size()}"
+        )
+    observer.on_end(env.now, server.counters())
+    return server
