@@ -1,0 +1,404 @@
+"""Client processes: *when* each request of a trace reaches the server model.
+
+The server only serves what it is given; this module decides the send times, because they depend
+on the workload kind and, for closed loops, on when earlier requests finished:
+
+* **open loop** (``trace.closed_loop is None``): each request is sent at its trace arrival,
+  relative to the first arrival and multiplied by ``cfg.time_scale``, or, with
+  ``cfg.request_rate``, at Poisson arrival times in row order (seeded with ``cfg.seed``, first
+  request at 0, as SGLang's ``bench_serving`` does). *Session rule*: a row with a parent (a later
+  turn of a session) waits for that parent when ``cfg.think_time_s > 0`` or its own arrival is
+  NaN; it is then sent at ``max(own arrival, parent finish + think time)`` (own arrival = -inf
+  when NaN). Otherwise every row is sent at its own time, parent finished or not, as a real trace
+  replay does.
+* **sequential** (:class:`~traces.closed_loop.SequentialReplay`, the oracle's token JSONL): one
+  request at a time in row order, each sent when the previous one finished (plus think time), so
+  ``kvplan run`` on the oracle JSONL is a batch-1 replay. With ``cfg.request_rate`` the trace is
+  served as an open loop instead.
+* **bench_multiturn** (:class:`~traces.closed_loop.BenchMultiturnLoop`): the sender and response
+  handler of SGLang's ``benchmark/hicache/bench_multiturn.py``, replayed event for event with the
+  script's own random stream (``sender_rng()``), see :func:`_bench_multiturn`.
+
+Every request's ``arrival_s`` is set to the simulated time it is submitted (the client's POST);
+TTFT and latency are measured from there, as bench_multiturn measures them from the POST.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+import simpy
+
+from simulator.engine.config import SimConfig
+from simulator.engine.request import SimRequest
+from simulator.errors import ConfigError
+from traces.closed_loop import BenchMultiturnLoop, SequentialReplay
+from traces.schema import Trace
+
+
+class Server(Protocol):
+    """What the clients need from the server model."""
+
+    def submit(self, req: SimRequest) -> simpy.Event:
+        """Enqueue ``req`` now; the event succeeds (value ``req``) when it finishes or is aborted."""
+        ...
+
+
+@dataclass
+class ClientStats:
+    """What the client side did; the value of the process :func:`start_clients` returns."""
+
+    mode: str  # "open" | "sequential" | "bench_multiturn"
+    total: int  # rows in the trace (heartbeats included)
+    submitted: int = 0
+    completed: int = 0
+    heartbeats: int = 0
+    start_s: float = 0.0
+    end_s: float = math.nan  # when the last request completed
+
+
+def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
+    """One :class:`SimRequest` per trace row, with the exact page ids of its prompt ++ output.
+
+    ``round`` is the row's ``turn``; ``index`` its row. Rows of a bench_multiturn trace without a
+    session are the barrier heartbeats and are flagged ``heartbeat``.
+    """
+    if page_size < 1:
+        raise ConfigError(f"page size must be >= 1, got {page_size}")
+    offsets, ids = trace.sequence_pages(page_size)
+    req = trace.requests
+    rids = req["rid"].astype(str).tolist()
+    session_na = req["session_id"].isna().to_numpy()
+    sessions = [None if na else str(s) for s, na in zip(req["session_id"].tolist(), session_na, strict=True)]
+    turns = req["turn"].to_numpy(np.int64).tolist()
+    prompt = req["prompt_len"].to_numpy(np.int64).tolist()
+    output = req["output_len"].to_numpy(np.int64).tolist()
+    heartbeat_rows = (
+        isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
+    )
+    return [
+        SimRequest(
+            rid=rids[i],
+            pages=ids[offsets[i] : offsets[i + 1]],
+            prompt_len=prompt[i],
+            output_len=output[i],
+            session=sessions[i],
+            round=turns[i],
+            heartbeat=bool(heartbeat_rows and session_na[i]),
+            index=i,
+        )
+        for i in range(len(rids))
+    ]
+
+
+def client_mode(trace: Trace, cfg: SimConfig) -> str:
+    """Which client rule serves ``trace`` under ``cfg`` ("open", "sequential", "bench_multiturn")."""
+    loop = trace.closed_loop
+    if isinstance(loop, BenchMultiturnLoop):
+        return "bench_multiturn"
+    if isinstance(loop, SequentialReplay) and cfg.request_rate is None:
+        return "sequential"
+    return "open"
+
+
+def offered_request_rate(trace: Trace, cfg: SimConfig) -> float | None:
+    """The rate the report's "Total requests: N at R requests per second" line names.
+
+    bench_multiturn: the sender's ``--request-rate`` (``cfg.request_rate`` overrides it);
+    open loop: ``cfg.request_rate``, else requests over the scaled arrival span (2 decimals);
+    sequential replay: None (there is no offered rate).
+    """
+    mode = client_mode(trace, cfg)
+    if mode == "bench_multiturn":
+        assert isinstance(trace.closed_loop, BenchMultiturnLoop)
+        return float(cfg.request_rate if cfg.request_rate is not None else trace.closed_loop.request_rate)
+    if mode == "sequential":
+        return None
+    if cfg.request_rate is not None:
+        return float(cfg.request_rate)
+    arr = trace.requests["arrival_s"].to_numpy(np.float64)
+    arr = arr[np.isfinite(arr)]
+    span = (float(arr.max() - arr.min()) * cfg.time_scale) if len(arr) else 0.0
+    return round(len(trace) / span, 2) if span > 0 else None
+
+
+def start_clients(
+    env: simpy.Environment,
+    server: Server,
+    trace: Trace,
+    cfg: SimConfig,
+    requests: list[SimRequest] | None = None,
+) -> simpy.Process:
+    """Start the client side of a run; the returned process ends when every request completed.
+
+    ``requests`` must be :func:`requests_from_trace` of ``trace`` (built with the server's resolved
+    page size); when omitted it is built here with ``server.page_size`` (or ``cfg.page_size``, or 1).
+    The process's value is a :class:`ClientStats`. A request the server never completes leaves the
+    process pending, so a stuck run is visible as ``not process.triggered`` once ``env`` is empty.
+    """
+    if requests is None:
+        page = getattr(server, "page_size", None) or cfg.page_size or 1
+        requests = requests_from_trace(trace, int(page))
+    if len(requests) != len(trace):
+        raise ValueError(f"{len(requests)} requests for a trace of {len(trace)} rows")
+    _check_timing(cfg)
+    mode = client_mode(trace, cfg)
+    if mode == "bench_multiturn":
+        loop = trace.closed_loop
+        assert isinstance(loop, BenchMultiturnLoop)
+        if cfg.request_rate is not None:
+            loop = dataclasses.replace(loop, request_rate=float(cfg.request_rate))
+        return env.process(_bench_multiturn(env, server, trace, loop, requests))
+    if mode == "sequential":
+        return env.process(_sequential(env, server, requests, cfg.think_time_s))
+    return env.process(_open_loop(env, server, trace, cfg, requests))
+
+
+def _check_timing(cfg: SimConfig) -> None:
+    if not (cfg.time_scale >= 0 and math.isfinite(cfg.time_scale)):
+        raise ConfigError(f"--time-scale must be a finite number >= 0, got {cfg.time_scale}")
+    if cfg.request_rate is not None and not (cfg.request_rate > 0 and math.isfinite(cfg.request_rate)):
+        raise ConfigError(f"--request-rate must be a finite number > 0, got {cfg.request_rate}")
+    if not (cfg.think_time_s >= 0 and math.isfinite(cfg.think_time_s)):
+        raise ConfigError(f"--think-time must be a finite number >= 0, got {cfg.think_time_s}")
+
+
+class _Tracker:
+    """Counts completions and fires ``all_done`` when the last one arrives."""
+
+    def __init__(self, env: simpy.Environment, stats: ClientStats) -> None:
+        self.env = env
+        self.stats = stats
+        self.all_done = env.event()
+        if stats.total == 0:
+            self.all_done.succeed()
+
+    def send(self, server: Server, req: SimRequest) -> simpy.Event:
+        req.arrival_s = self.env.now
+        self.stats.submitted += 1
+        self.stats.heartbeats += int(req.heartbeat)
+        done = server.submit(req)
+        done.callbacks.append(self._done)
+        return done
+
+    def _done(self, _event: simpy.Event) -> None:
+        self.stats.completed += 1
+        if self.stats.completed == self.stats.total:
+            self.stats.end_s = self.env.now
+            self.all_done.succeed()
+
+
+# --- open loop ---------------------------------------------------------------------------------
+
+
+def open_loop_schedule(trace: Trace, cfg: SimConfig) -> tuple[np.ndarray, np.ndarray]:
+    """(own send time of every row, whether the row waits for its parent) for the open loop.
+
+    Own times are ``(arrival_s - first arrival) * time_scale``, or Poisson times at
+    ``cfg.request_rate`` drawn from ``numpy.random.default_rng(cfg.seed)``; NaN where unknown.
+    """
+    n = len(trace)
+    arrival = trace.requests["arrival_s"].to_numpy(np.float64)
+    parent = trace.requests["parent"].to_numpy(np.int64)
+    if cfg.request_rate is not None:
+        gaps = np.random.default_rng(cfg.seed).exponential(1.0 / cfg.request_rate, size=n)
+        own = np.zeros(n)
+        if n > 1:
+            np.cumsum(gaps[:-1], out=own[1:])
+    else:
+        finite = np.isfinite(arrival)
+        first = float(arrival[finite].min()) if finite.any() else 0.0
+        own = (arrival - first) * cfg.time_scale
+    waits = (parent >= 0) & ((cfg.think_time_s > 0) | np.isnan(own))
+    orphan = np.flatnonzero(np.isnan(own) & ~waits)
+    if len(orphan):
+        i = int(orphan[0])
+        raise ConfigError(
+            f"trace row {i} (rid {trace.requests['rid'].iloc[i]}) has no arrival time and no parent turn "
+            f"({len(orphan)} such rows); give --request-rate to time them"
+        )
+    return own, waits
+
+
+def _open_loop(
+    env: simpy.Environment, server: Server, trace: Trace, cfg: SimConfig, reqs: list[SimRequest]
+) -> Generator[simpy.Event, Any, ClientStats]:
+    own, waits = open_loop_schedule(trace, cfg)
+    parent = trace.requests["parent"].to_numpy(np.int64)
+    stats = ClientStats("open", len(reqs), start_s=env.now)
+    tracker = _Tracker(env, stats)
+    think = cfg.think_time_s
+    children: dict[int, list[int]] = {}
+    for c in np.flatnonzero(waits).tolist():
+        children.setdefault(int(parent[c]), []).append(c)
+    t0 = env.now
+
+    def submit(i: int) -> None:
+        done = tracker.send(server, reqs[i])
+        kids = children.get(i)
+        if kids:
+            done.callbacks.append(lambda _ev, kids=kids: release(kids))
+
+    def release(kids: list[int]) -> None:
+        # The parent just finished: each waiting child goes at max(own time, now + think time).
+        for c in kids:
+            at = env.now + think
+            if not math.isnan(own[c]):
+                at = max(at, t0 + float(own[c]))
+            env.timeout(at - env.now).callbacks.append(lambda _ev, c=c: submit(c))
+
+    roots = np.flatnonzero(~waits)
+    roots = roots[np.argsort(own[roots], kind="stable")]
+    for i, t in zip(roots.tolist(), own[roots].tolist(), strict=True):
+        delay = t0 + t - env.now
+        if delay > 0:
+            yield env.timeout(delay)
+        submit(i)
+    yield tracker.all_done
+    return stats
+
+
+# --- sequential replay -------------------------------------------------------------------------
+
+
+def _sequential(
+    env: simpy.Environment, server: Server, reqs: list[SimRequest], think_s: float
+) -> Generator[simpy.Event, Any, ClientStats]:
+    stats = ClientStats("sequential", len(reqs), start_s=env.now)
+    tracker = _Tracker(env, stats)
+    for k, req in enumerate(reqs):
+        if k and think_s > 0:
+            yield env.timeout(think_s)
+        yield tracker.send(server, req)
+    yield tracker.all_done
+    return stats
+
+
+# --- bench_multiturn ---------------------------------------------------------------------------
+
+
+def _bench_multiturn(
+    env: simpy.Environment, server: Server, trace: Trace, loop: BenchMultiturnLoop, reqs: list[SimRequest]
+) -> Generator[simpy.Event, Any, ClientStats]:
+    """bench_multiturn.py's ``request_sender`` and ``response_handler`` threads as two processes.
+
+    Sender (``request_loop``): if ``sent - completed < max_parallel``, pop one ready request
+    (``random.randrange(len)`` for "random", the oldest for "fifo"; nothing is drawn when the
+    queue is empty) and send it; otherwise sleep ``poll_interval_s`` and retry without the pacing
+    sleep. After every launch attempt it stops if all requests have returned (``pbar.n ==
+    pbar.total``), else sleeps ``expovariate(rate)`` or ``uniform(0, 2 / rate)``. All draws come from
+    ``loop.sender_rng()`` in the script's order, so the same completion order gives the same sends.
+
+    Response handler: takes responses in arrival order from a queue (``response_queue``), counts
+    ``completed`` and queues the client's next round; without the barrier it goes straight to the
+    ready queue. With the barrier it is held until ``clients_per_round[r]`` responses of round r
+    arrived; then the handler sends that round's heartbeat row *synchronously* (it blocks until
+    the heartbeat finished, as ``requests.post`` does), optionally flushes the cache, sleeps
+    ``barrier_sleep_s`` (10 s) and releases the held requests in response order. While it blocks,
+    later responses wait in the queue and ``completed`` does not advance, as in the script.
+
+    Heartbeats never enter ``sent``/``completed`` or the progress count (the script posts them
+    outside ``handle_request``), and :class:`~simulator.engine.metrics.Recorder` excludes them.
+
+    Deviation: the script drops a client whose request failed (and, with the barrier, would then
+    wait forever); here an aborted request still releases its client's next row, so the run ends.
+    The aborted request itself is excluded from the metrics, as the script excludes failures.
+    """
+    rng = loop.sender_rng()
+    heartbeat_of: dict[int, int] = {}
+    next_row: dict[int, int] = {}
+    ready: list[int] = []
+    parent = trace.requests["parent"].to_numpy(np.int64)
+    for i, req in enumerate(reqs):
+        if req.heartbeat:
+            heartbeat_of[req.round] = i
+        elif parent[i] >= 0:
+            next_row[int(parent[i])] = i
+        elif req.round == 0:
+            ready.append(i)
+    total = len(reqs) - len(heartbeat_of)  # pbar.total
+    # Responses each barrier waits for: clients_per_round, counted from the rows actually present so
+    # that a truncated trace (``--limit``) cannot leave the barrier waiting for rows it lacks.
+    per_round = np.bincount(np.array([r.round for r in reqs if not r.heartbeat], dtype=np.int64)).tolist()
+    stats = ClientStats("bench_multiturn", len(reqs), start_s=env.now)
+    tracker = _Tracker(env, stats)
+    responses = simpy.Store(env)
+    state = {"sent": 0, "completed": 0, "returned": 0}
+    all_returned = env.event()
+    if total == 0:
+        all_returned.succeed()
+
+    def on_response(event: simpy.Event) -> None:
+        state["returned"] += 1  # pbar.update(1) inside the request function
+        responses.put(event.value)
+        if state["returned"] == total:
+            all_returned.succeed()
+
+    def sender() -> Generator[simpy.Event, Any, None]:
+        while True:
+            if state["sent"] - state["completed"] < loop.max_parallel:
+                if ready:
+                    k = rng.randrange(len(ready)) if loop.ready_queue_policy == "random" else 0
+                    i = ready.pop(k)
+                    tracker.send(server, reqs[i]).callbacks.append(on_response)
+                    state["sent"] += 1
+            else:
+                yield env.timeout(loop.poll_interval_s)
+                continue
+            if state["returned"] == total:
+                return
+            yield env.timeout(_pacing(rng, loop)) | all_returned
+            if all_returned.triggered:
+                # The script would still sleep out this interval, try one more pop from an empty
+                # queue and then stop; nothing of that is observable, so stop now.
+                return
+
+    flush: Callable[[], Any] | None = None
+    if loop.enable_round_barrier and loop.flush_between_rounds:
+        flush = getattr(server, "flush_cache", None)
+        if flush is None:
+            raise ConfigError("--flush-between-rounds needs a server model with flush_cache()")
+
+    def handler() -> Generator[simpy.Event, Any, None]:
+        held: list[int] = []
+        barrier_round = 0
+        barrier_done = 0
+        handled = 0
+        while handled < total:
+            req = yield responses.get()
+            handled += 1
+            state["completed"] += 1
+            nxt = next_row.get(req.index)
+            if nxt is not None:
+                (held if loop.enable_round_barrier else ready).append(nxt)
+            if loop.enable_round_barrier and barrier_round < len(per_round):
+                barrier_done += 1
+                if barrier_done == per_round[barrier_round]:
+                    hb = heartbeat_of.get(barrier_round)
+                    if hb is not None:
+                        yield tracker.send(server, reqs[hb])
+                    if flush is not None:
+                        flush()
+                    yield env.timeout(loop.barrier_sleep_s)
+                    ready.extend(held)
+                    held = []
+                    barrier_round += 1
+                    barrier_done = 0
+
+    yield env.process(sender()) & env.process(handler())
+    yield tracker.all_done
+    return stats
+
+
+def _pacing(rng: Any, loop: BenchMultiturnLoop) -> float:
+    """The sleep after a launch attempt, drawn exactly as the script draws it."""
+    if loop.distribution == "poisson":
+        return rng.expovariate(loop.request_rate)
+    if loop.distribution == "uniform":
+        return rng.uniform(0, 2 * (1.0 / loop.request_rate if loop.request_rate > 0 else 1.0))
+    raise ConfigError(f"unknown bench_multiturn distribution {loop.distribution!r}")

@@ -1,0 +1,526 @@
+"""Results of a run: a :class:`Recorder` observes the server and computes bench_multiturn's metrics.
+
+What is recorded (data flows one way, server -> recorder):
+
+* a per-request frame (every :class:`SimRequest` the server saw, read when the results are built,
+  so it holds what the server wrote into it);
+* decode steps: step end time, ``#running-req``, ``#queue-req``, ``#full token`` / ``full token
+  usage`` and ``#swa token`` / ``swa token usage`` exactly as SGLang's decode log defines them
+  (``pool_stats_observer._get_swa_token_info``: used = capacity - (available + evictable), usage =
+  used / capacity, the capacities those of :meth:`on_start`), and the round the step belongs to;
+* prefill batches, retractions and the server's end-of-run counters.
+
+The summary follows ``benchmark/hicache/bench_multiturn.py``: only successful, non-heartbeat
+requests count; cache hit rate = sum(cached_tokens) / sum(prompt_len); percentiles are
+``sorted[min(int(q * n), n - 1)]``; throughputs divide by ``finished_time - start_time``, where the
+start is the first send and the finish is the last request's return (failed ones included, as
+the script's progress bar counts them). See docs/simulation.md.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Iterable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import pandas as pd
+
+from simulator.engine.config import SimConfig
+from simulator.engine.observer import PoolCapacity, ServerObserver
+from simulator.engine.request import SimRequest
+
+#: Wall-clock time that simulated time 0 is printed as in ``--log-decode`` lines.
+LOG_EPOCH = datetime(2026, 1, 1, 0, 0, 0)
+
+#: Columns of the frames, in order (also the CSV headers).
+REQUEST_FRAME_COLUMNS = (
+    "index",
+    "rid",
+    "session",
+    "round",
+    "heartbeat",
+    "arrival_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_s",
+    "latency_s",
+    "prompt_len",
+    "cached_tokens",
+    "output_len",
+    "retractions",
+    "aborted",
+    "abort_reason",
+)
+DECODE_FRAME_COLUMNS = (
+    "step",
+    "time_s",
+    "running",
+    "queue",
+    "full_token",
+    "full_token_usage",
+    "swa_token",
+    "swa_token_usage",
+    "round",
+    "round_share",
+)
+PREFILL_FRAME_COLUMNS = (
+    "t_start_s",
+    "t_end_s",
+    "new_seq",
+    "extend_tokens",
+    "cached_tokens",
+    "full_token",
+    "full_token_usage",
+    "swa_token",
+    "swa_token_usage",
+    "running",
+    "queue",
+    "round",
+)
+RETRACT_FRAME_COLUMNS = ("time_s", "requests", "new_token_ratio_before", "new_token_ratio_after")
+
+
+def bench_percentile(sorted_values: np.ndarray | list[float], q: float) -> float:
+    """bench_multiturn's percentile: ``sorted[min(int(q * n), n - 1)]``, 0.0 when empty."""
+    n = len(sorted_values)
+    if n == 0:
+        return 0.0
+    return float(sorted_values[min(int(q * n), n - 1)])
+
+
+def latency_stats(values: np.ndarray) -> dict[str, float]:
+    """mean / p50 / p90 / p99 / max as bench_multiturn prints them (all 0.0 when there are none)."""
+    s = np.sort(np.asarray(values, dtype=np.float64))
+    return {
+        "mean": float(s.mean()) if len(s) else 0.0,
+        "p50": bench_percentile(s, 0.5),
+        "p90": bench_percentile(s, 0.9),
+        "p99": bench_percentile(s, 0.99),
+        "max": float(s[-1]) if len(s) else 0.0,
+    }
+
+
+def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
+    """(the most common round among the batch's non-heartbeat requests, its share of them).
+
+    A step belongs to this round (ties go to the lower round); a batch of heartbeats only belongs
+    to no round (-1). Under bench_multiturn's round barrier every batch holds one round only.
+    """
+    rounds = [r.round for r in batch if not r.heartbeat]
+    if not rounds:
+        return -1, 0.0
+    counts = np.bincount(np.asarray(rounds, dtype=np.int64))
+    top = int(counts.argmax())
+    return top, float(counts[top]) / len(rounds)
+
+
+class Recorder(ServerObserver):
+    """Collects what the server reports and turns it into frames, a summary and output files.
+
+    ``log_decode`` prints SGLang's ``Decode batch, ...`` line every ``decode_log_interval`` decode
+    steps (counted over the whole run, as ``forward_ct_decode`` is, also when the server reports
+    many steps in one call), prefixed ``[YYYY-MM-DD HH:MM:SS TP0]`` with :data:`LOG_EPOCH` + the
+    step's simulated end time. ``log_stream`` defaults to ``sys.stdout`` at write time.
+    ``request_rate`` is only carried into the summary for the report's header line.
+    ``progress`` is called with the number of finished requests after each finish.
+    """
+
+    def __init__(
+        self,
+        *,
+        log_decode: bool = False,
+        decode_log_interval: int = 40,
+        log_stream: TextIO | None = None,
+        request_rate: float | None = None,
+        progress: Callable[[int], None] | None = None,
+        epoch: datetime = LOG_EPOCH,
+    ) -> None:
+        if decode_log_interval < 1:
+            raise ValueError(f"decode_log_interval must be >= 1, got {decode_log_interval}")
+        self.log_decode = log_decode
+        self.decode_log_interval = int(decode_log_interval)
+        self.log_stream = log_stream
+        self.request_rate = request_rate
+        self.progress = progress
+        self.epoch = epoch
+        self.capacity: PoolCapacity | None = None
+        self.server_config: dict = {}
+        self.counters: dict = {}
+        self.end_s: float = math.nan
+        self._reqs: dict[int, SimRequest] = {}  # id(req) -> req, in first-seen order
+        self._finished = 0
+        # decode steps: per-call arrays plus per-call constants (expanded with np.repeat)
+        self._d_time: list[np.ndarray] = []
+        self._d_full: list[np.ndarray] = []
+        self._d_swa: list[np.ndarray] = []
+        self._d_const: list[tuple[int, int, int, int, float]] = []  # (steps, running, queue, round, share)
+        self._n_steps = 0
+        self._tokens_since_log = 0
+        self._last_log_t = 0.0
+        self._prefill: list[tuple] = []
+        self._retract: list[tuple] = []
+
+    @classmethod
+    def from_config(cls, cfg: SimConfig, **kwargs: Any) -> Recorder:
+        """A recorder with the config's ``log_decode`` / ``decode_log_interval``."""
+        kwargs.setdefault("log_decode", cfg.log_decode)
+        kwargs.setdefault("decode_log_interval", cfg.decode_log_interval)
+        return cls(**kwargs)
+
+    # --- ServerObserver hooks -------------------------------------------------------------------
+
+    def on_start(self, capacity: PoolCapacity, config: dict) -> None:
+        self.capacity = capacity
+        self.server_config = dict(config)
+
+    def on_arrival(self, req: SimRequest) -> None:
+        self._reqs.setdefault(id(req), req)
+
+    def on_prefill_batch(
+        self,
+        t_start: float,
+        t_end: float,
+        reqs: list[SimRequest],
+        extend_tokens: int,
+        cached_tokens: int,
+        full_used: int,
+        swa_used: int,
+        running: int,
+        queue: int,
+    ) -> None:
+        rnd, _ = majority_round(reqs)
+        self._prefill.append(
+            (
+                t_start,
+                t_end,
+                len(reqs),
+                extend_tokens,
+                cached_tokens,
+                full_used,
+                swa_used,
+                running,
+                queue,
+                rnd,
+            )
+        )
+
+    def on_decode_steps(
+        self,
+        step_end_s: np.ndarray,
+        batch: list[SimRequest],
+        full_used: np.ndarray,
+        swa_used: np.ndarray,
+        queue: int,
+    ) -> None:
+        t = np.array(step_end_s, dtype=np.float64, ndmin=1)
+        k = len(t)
+        if k == 0:
+            return
+        full = np.broadcast_to(np.asarray(full_used, dtype=np.int64), (k,)).copy()
+        swa = np.broadcast_to(np.asarray(swa_used, dtype=np.int64), (k,)).copy()
+        running = len(batch)
+        rnd, share = majority_round(batch)
+        self._d_time.append(t)
+        self._d_full.append(full)
+        self._d_swa.append(swa)
+        self._d_const.append((k, running, int(queue), rnd, share))
+        if self.log_decode:
+            self._log_steps(t, full, swa, running, int(queue))
+        else:
+            self._tokens_since_log += running * k
+        self._n_steps += k
+
+    def on_first_token(self, req: SimRequest) -> None:
+        self._reqs.setdefault(id(req), req)
+
+    def on_finish(self, req: SimRequest) -> None:
+        self._reqs.setdefault(id(req), req)
+        self._finished += 1
+        if self.progress is not None:
+            self.progress(self._finished)
+
+    def on_retract(self, t: float, reqs: list[SimRequest], ratio_before: float, ratio_after: float) -> None:
+        self._retract.append((t, len(reqs), ratio_before, ratio_after))
+
+    def on_end(self, t: float, counters: dict) -> None:
+        self.end_s = float(t)
+        self.counters = dict(counters)
+
+    # --- decode log -----------------------------------------------------------------------------
+
+    def _log_steps(self, t: np.ndarray, full: np.ndarray, swa: np.ndarray, running: int, queue: int) -> None:
+        """Print the SGLang decode-log line for every step of this call whose global number
+        (1-based, ``forward_ct_decode``) is a multiple of the interval."""
+        iv = self.decode_log_interval
+        k = len(t)
+        first = iv - 1 - (self._n_steps % iv)  # index in this call of the first logged step
+        pos = 0
+        stream = self.log_stream or sys.stdout
+        for i in range(first, k, iv):
+            self._tokens_since_log += running * (i + 1 - pos)
+            pos = i + 1
+            ti = float(t[i])
+            gap = ti - self._last_log_t
+            throughput = self._tokens_since_log / gap if gap > 0 else 0.0
+            stream.write(
+                self.decode_log_line(ti, running, int(full[i]), int(swa[i]), throughput, queue) + "\n"
+            )
+            self._tokens_since_log = 0
+            self._last_log_t = ti
+        self._tokens_since_log += running * (k - pos)
+
+    def decode_log_line(
+        self, t: float, running: int, full_used: int, swa_used: int, gen_throughput: float, queue: int
+    ) -> str:
+        """One line exactly as SGLang's ``metrics_reporter`` prints it (hybrid SWA variant)."""
+        stamp = (self.epoch + timedelta(seconds=t)).strftime("%Y-%m-%d %H:%M:%S")
+        full_cap = self.capacity.full_tokens if self.capacity else 0
+        swa_cap = self.capacity.swa_tokens if self.capacity else 0
+        fu = full_used / full_cap if full_cap else 0.0
+        su = swa_used / swa_cap if swa_cap else 0.0
+        return (
+            f"[{stamp} TP0] Decode batch, #running-req: {running}, #full token: {full_used}, "
+            f"full token usage: {fu:.2f}, #swa token: {swa_used}, swa token usage: {su:.2f}, "
+            f"cuda graph: True, gen throughput (token/s): {gen_throughput:.2f}, #queue-req: {queue}, "
+        )
+
+    # --- results --------------------------------------------------------------------------------
+
+    def _usage(self, used: np.ndarray, which: str) -> np.ndarray:
+        cap = getattr(self.capacity, which, 0) if self.capacity else 0
+        if not cap:
+            return np.full(len(used), np.nan)
+        return used / float(cap)
+
+    def frames(self) -> dict[str, pd.DataFrame]:
+        """``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions`` as DataFrames."""
+        return {
+            "requests": self._requests_frame(),
+            "decode_steps": self._decode_frame(),
+            "prefill_batches": self._prefill_frame(),
+            "retractions": pd.DataFrame(self._retract, columns=list(RETRACT_FRAME_COLUMNS)),
+        }
+
+    def _requests_frame(self) -> pd.DataFrame:
+        reqs = list(self._reqs.values())
+        arrival = np.array([r.arrival_s for r in reqs], dtype=np.float64)
+        first = np.array([r.first_token_s for r in reqs], dtype=np.float64)
+        finish = np.array([r.finish_s for r in reqs], dtype=np.float64)
+        return pd.DataFrame(
+            {
+                "index": np.array([r.index for r in reqs], dtype=np.int64),
+                "rid": [r.rid for r in reqs],
+                "session": [r.session for r in reqs],
+                "round": np.array([r.round for r in reqs], dtype=np.int64),
+                "heartbeat": np.array([r.heartbeat for r in reqs], dtype=bool),
+                "arrival_s": arrival,
+                "first_token_s": first,
+                "finish_s": finish,
+                "ttft_s": first - arrival,
+                "latency_s": finish - arrival,
+                "prompt_len": np.array([r.prompt_len for r in reqs], dtype=np.int64),
+                "cached_tokens": np.array([r.cached_tokens for r in reqs], dtype=np.int64),
+                "output_len": np.array([r.output_len for r in reqs], dtype=np.int64),
+                "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
+                "aborted": np.array([r.aborted for r in reqs], dtype=bool),
+                "abort_reason": [r.abort_reason for r in reqs],
+            },
+            columns=list(REQUEST_FRAME_COLUMNS),
+        )
+
+    def _decode_frame(self) -> pd.DataFrame:
+        if not self._d_time:
+            return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
+        const = np.array(self._d_const, dtype=np.float64)
+        reps = const[:, 0].astype(np.int64)
+        full = np.concatenate(self._d_full)
+        swa = np.concatenate(self._d_swa)
+        return pd.DataFrame(
+            {
+                "step": np.arange(1, len(full) + 1, dtype=np.int64),
+                "time_s": np.concatenate(self._d_time),
+                "running": np.repeat(const[:, 1].astype(np.int64), reps),
+                "queue": np.repeat(const[:, 2].astype(np.int64), reps),
+                "full_token": full,
+                "full_token_usage": self._usage(full, "full_tokens"),
+                "swa_token": swa,
+                "swa_token_usage": self._usage(swa, "swa_tokens"),
+                "round": np.repeat(const[:, 3].astype(np.int64), reps),
+                "round_share": np.repeat(const[:, 4], reps),
+            },
+            columns=list(DECODE_FRAME_COLUMNS),
+        )
+
+    def _prefill_frame(self) -> pd.DataFrame:
+        cols = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
+        raw = pd.DataFrame(self._prefill, columns=cols)
+        for c in cols:
+            raw[c] = raw[c].astype(np.float64 if c.startswith("t_") else np.int64)
+        raw["full_token_usage"] = self._usage(raw["full_token"].to_numpy(np.float64), "full_tokens")
+        raw["swa_token_usage"] = self._usage(raw["swa_token"].to_numpy(np.float64), "swa_tokens")
+        return raw[list(PREFILL_FRAME_COLUMNS)]
+
+    def summary(self) -> dict[str, Any]:
+        """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None)."""
+        req = self._requests_frame()
+        dec = self._decode_frame()
+        real = ~req["heartbeat"].to_numpy()
+        finish = req["finish_s"].to_numpy()
+        aborted = req["aborted"].to_numpy()
+        returned = real & np.isfinite(finish)
+        ok = returned & ~aborted
+        good = req[ok]
+        prompt = int(good["prompt_len"].sum())
+        cached = int(good["cached_tokens"].sum())
+        output = int(good["output_len"].sum())
+        arrival = req["arrival_s"].to_numpy()
+        start = float(np.nanmin(arrival)) if np.isfinite(arrival).any() else 0.0
+        finished = float(finish[returned].max()) if returned.any() else start
+        duration = finished - start
+        n_ok = int(ok.sum())
+
+        def per_s(x: float) -> float:
+            return x / duration if duration > 0 else 0.0
+
+        out: dict[str, Any] = {
+            "requests": n_ok,
+            "request_rate": self.request_rate,
+            "requests_submitted": int(real.sum()),
+            "aborted": int((real & aborted).sum()),
+            "unfinished": int((real & ~np.isfinite(finish)).sum()),
+            "heartbeats": int((~real).sum()),
+            "average_prompt_len": prompt / n_ok if n_ok else 0.0,
+            "average_output_len": output / n_ok if n_ok else 0.0,
+            "total_prompt_tokens": prompt,
+            "total_cached_tokens": cached,
+            "total_output_tokens": output,
+            "cache_hit_rate": cached / prompt if prompt else 0.0,
+            "ttft": latency_stats(good["ttft_s"].to_numpy()),
+            "latency": latency_stats(good["latency_s"].to_numpy()),
+            "start_s": start,
+            "finished_s": finished,
+            "duration_s": duration,
+            "input_throughput": per_s(prompt),
+            "output_throughput": per_s(output),
+            "request_throughput": per_s(n_ok),
+            "decode_steps": len(dec),
+            "prefill_batches": len(self._prefill),
+            "decode_full_token_usage": _mean(dec["full_token_usage"]),
+            "decode_swa_token_usage": _mean(dec["swa_token_usage"]),
+            "decode_full_token_usage_max": _max(dec["full_token_usage"]),
+            "decode_swa_token_usage_max": _max(dec["swa_token_usage"]),
+            "capacity": (
+                {"full_tokens": self.capacity.full_tokens, "swa_tokens": self.capacity.swa_tokens}
+                if self.capacity
+                else None
+            ),
+            "retractions": len(self._retract),
+            "retracted_requests": int(sum(r[1] for r in self._retract)),
+            "counters": dict(self.counters),
+            "sim_end_s": self.end_s,
+            "per_round": self._per_round(req, ok, real, dec),
+        }
+        return _json_ready(out)
+
+    @staticmethod
+    def _per_round(req: pd.DataFrame, ok: np.ndarray, real: np.ndarray, dec: pd.DataFrame) -> list[dict]:
+        """One entry per round 0..max round seen (bench_multiturn lists every round, empty ones too)."""
+        rounds = req["round"].to_numpy()
+        if not real.any():
+            return []
+        dec_round = dec["round"].to_numpy()
+        result = []
+        for r in range(int(rounds[real].max()) + 1):
+            sel = ok & (rounds == r)
+            g = req[sel]
+            p = int(g["prompt_len"].sum())
+            c = int(g["cached_tokens"].sum())
+            steps = dec[dec_round == r]
+            result.append(
+                {
+                    "round": r,
+                    "requests": int(sel.sum()),
+                    "ttft_mean": float(g["ttft_s"].mean()) if len(g) else 0.0,
+                    "latency_mean": float(g["latency_s"].mean()) if len(g) else 0.0,
+                    "prompt_tokens": p,
+                    "cached_tokens": c,
+                    "cache_hit_rate": c / p if p else 0.0,
+                    "decode_steps": len(steps),
+                    "decode_full_token_usage": _mean(steps["full_token_usage"]),
+                    "decode_swa_token_usage": _mean(steps["swa_token_usage"]),
+                }
+            )
+        return result
+
+    def write_outputs(self, out_dir: str | Path) -> list[Path]:
+        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
+
+        Each file is written under a temporary name in ``out_dir`` and renamed into place, so a
+        reader never sees a half-written file. Returns the paths written.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        for name, frame in self.frames().items():
+            written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
+            written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+        text = json.dumps(self.summary(), indent=2) + "\n"
+        written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
+        return written
+
+
+_DECODE_DTYPES = {
+    "step": "int64",
+    "time_s": "float64",
+    "running": "int64",
+    "queue": "int64",
+    "full_token": "int64",
+    "full_token_usage": "float64",
+    "swa_token": "int64",
+    "swa_token_usage": "float64",
+    "round": "int64",
+    "round_share": "float64",
+}
+
+
+def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def _mean(s: pd.Series) -> float | None:
+    v = s.to_numpy(np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.mean()) if len(v) else None
+
+
+def _max(s: pd.Series) -> float | None:
+    v = s.to_numpy(np.float64)
+    v = v[np.isfinite(v)]
+    return float(v.max()) if len(v) else None
+
+
+def _json_ready(obj: Any) -> Any:
+    """Plain Python types only; NaN and infinities become None (JSON has no NaN)."""
+    if isinstance(obj, dict):
+        return {str(k): _json_ready(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_json_ready(v) for v in obj]
+    if isinstance(obj, np.integer | bool | np.bool_):
+        return bool(obj) if isinstance(obj, bool | np.bool_) else int(obj)
+    if isinstance(obj, float | np.floating):
+        f = float(obj)
+        return f if math.isfinite(f) else None
+    return obj
