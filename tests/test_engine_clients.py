@@ -172,7 +172,9 @@ def test_requests_from_trace_pages_and_fields():
 
 
 def test_requests_from_trace_flags_heartbeats():
-    trace = generate_bench_multiturn(BenchMultiturnArgs(num_clients=3, num_rounds=2, enable_round_barrier=True))
+    trace = generate_bench_multiturn(
+        BenchMultiturnArgs(num_clients=3, num_rounds=2, enable_round_barrier=True)
+    )
     reqs = requests_from_trace(trace, 16)
     hb = [r for r in reqs if r.heartbeat]
     assert [r.rid for r in hb] == ["heartbeat-0", "heartbeat-1"]

@@ -82,7 +82,9 @@ def test_decode_log_every_40_global_steps_across_fast_forward_calls():
     batch = [SimRequest(f"r{i}", np.zeros(0, np.int64), 10, 10) for i in range(10)]
     t = 0.01 * np.arange(1, 101)
     rec.on_decode_steps(t, batch, 330_000 + np.arange(100), 48_000 + np.arange(100), 0)  # steps 1..100
-    rec.on_decode_steps(1.0 + 0.02 * np.arange(1, 31), batch[:5], np.full(30, 5), np.full(30, 7), 3)  # 101..130
+    rec.on_decode_steps(
+        1.0 + 0.02 * np.arange(1, 31), batch[:5], np.full(30, 5), np.full(30, 7), 3
+    )  # 101..130
     lines = out.getvalue().splitlines()
     assert len(lines) == 3  # steps 40, 80, 120
     assert lines[0] == (
@@ -225,10 +227,16 @@ def test_report_reproduces_the_seed_layout():
 def test_full_report_has_server_block():
     rec = Recorder(request_rate=16.0)
     trace = generate_bench_multiturn(
-        BenchMultiturnArgs(num_clients=2, num_rounds=2, request_length=32, output_length=8, enable_round_barrier=True)
+        BenchMultiturnArgs(
+            num_clients=2, num_rounds=2, request_length=32, output_length=8, enable_round_barrier=True
+        )
     )
     fake_simulate(trace, SimConfig(page_size=16), rec)
     text = format_report(rec.summary())
-    assert text.startswith("All requests completed\nPerformance metrics summary:\n  Total requests: 4 at 16.0")
-    assert "Per-round metrics:\n  Round 0: Average TTFT = 0.10s, Cache Hit Rate = 0.000000 (2 requests)" in text
+    assert text.startswith(
+        "All requests completed\nPerformance metrics summary:\n  Total requests: 4 at 16.0"
+    )
+    assert (
+        "Per-round metrics:\n  Round 0: Average TTFT = 0.10s, Cache Hit Rate = 0.000000 (2 requests)" in text
+    )
     assert "Server metrics (kvplan):" in text and "Decode swa token usage: mean" in text
