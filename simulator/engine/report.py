@@ -79,7 +79,7 @@ def format_server_metrics(summary: dict[str, Any], *, per_round: bool = True) ->
         f"aborted: {s['aborted']}, unfinished: {s['unfinished']}, heartbeats: {s['heartbeats']}"
     )
     for k, v in s.get("counters", {}).items():
-        lines.append(f"  {k.replace('_', ' ')}: {v}")
+        lines.append(f"  {k.replace('_', ' ')}: {_counter(v)}")
     if per_round and s.get("per_round"):
         for r in s["per_round"]:
             lines.append(
@@ -87,6 +87,13 @@ def format_server_metrics(summary: dict[str, Any], *, per_round: bool = True) ->
                 f"swa token usage = {_usage(r['decode_swa_token_usage'])} ({r['decode_steps']} steps)"
             )
     return "\n".join(lines)
+
+
+def _counter(v: Any) -> str:
+    """A counter value; nested groups (e.g. ``evictions``) print as ``key=value`` pairs."""
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={_counter(x)}" for k, x in v.items())
+    return str(v)
 
 
 def _seconds(x: float | None) -> str:

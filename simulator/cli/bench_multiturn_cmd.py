@@ -1,0 +1,168 @@
+"""``kvplan bench-multiturn``: SGLang's ``benchmark/hicache/bench_multiturn.py`` against the simulator.
+
+The workload flags are the script's (same names, same defaults); the server flags are SGLang's
+launch flags, shared with ``kvplan run``. The script's ``--disable-auto-run`` is accepted and
+changes nothing: kvplan always runs the single ``--request-rate`` (the script's default sweep
+over 16 ... 1 req/s is one kvplan run per rate).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from simulator.cli.common import user_errors_exit
+from simulator.cli.run_cmd import (
+    _D,
+    CheckInvOpt,
+    ChunkedOpt,
+    DisableRadixOpt,
+    GpuOpt,
+    JsonOpt,
+    LogDecodeOpt,
+    MaxPrefillOpt,
+    MaxRunningOpt,
+    MaxTotalOpt,
+    MemFracOpt,
+    ModelOpt,
+    OutOpt,
+    OverlapOpt,
+    PageSizeOpt,
+    ProfileOpt,
+    ProgressOpt,
+    RadixEvictOpt,
+    SchedPolicyOpt,
+    SwaEvictOpt,
+    SwaRatioOpt,
+    TombstoneOpt,
+    TpOpt,
+    execute,
+    server_config,
+)
+from simulator.errors import ConfigError
+from traces.generators.bench_multiturn import BenchMultiturnArgs, generate_bench_multiturn
+
+_B = BenchMultiturnArgs()  # the script's defaults, from the generator (one list of defaults)
+
+
+@user_errors_exit
+def bench_multiturn(
+    num_clients: Annotated[int, typer.Option("--num-clients", help="number of clients")] = _B.num_clients,
+    num_rounds: Annotated[int, typer.Option("--num-rounds", help="rounds per client")] = _B.num_rounds,
+    min_rounds: Annotated[
+        int, typer.Option("--min-rounds", help="min rounds per client (0 = --num-rounds)")
+    ] = _B.min_rounds,
+    max_rounds: Annotated[
+        int, typer.Option("--max-rounds", help="max rounds per client (0 = --num-rounds)")
+    ] = _B.max_rounds,
+    request_length: Annotated[
+        int, typer.Option("--request-length", help="tokens of each first-round prompt")
+    ] = _B.request_length,
+    output_length: Annotated[
+        int, typer.Option("--output-length", help="output tokens of each request")
+    ] = _B.output_length,
+    sub_question_input_length: Annotated[
+        int,
+        typer.Option(
+            "--sub-question-input-length", help="tokens of each later question (0 = request length)"
+        ),
+    ] = _B.sub_question_input_length,
+    range_ratio: Annotated[
+        float, typer.Option("--range-ratio", help="lengths drawn in [L * ratio, L] (1.0 = fixed)")
+    ] = _B.range_ratio,
+    request_rate: Annotated[
+        float, typer.Option("--request-rate", help="sender rate in requests per second")
+    ] = _B.request_rate,
+    distribution: Annotated[
+        str, typer.Option("--distribution", help="sender sleeps: poisson or uniform")
+    ] = _B.distribution,
+    max_parallel: Annotated[
+        int, typer.Option("--max-parallel", help="most requests in flight")
+    ] = _B.max_parallel,
+    ready_queue_policy: Annotated[
+        str, typer.Option("--ready-queue-policy", help="random or fifo")
+    ] = _B.ready_queue_policy,
+    enable_round_barrier: Annotated[
+        bool,
+        typer.Option(
+            "--enable-round-barrier", help="send round r+1 after all of round r, a heartbeat and 10 s"
+        ),
+    ] = False,
+    disable_random_sample: Annotated[
+        bool, typer.Option("--disable-random-sample", help="synthetic token prompts instead of ShareGPT")
+    ] = False,
+    disable_auto_run: Annotated[
+        bool, typer.Option("--disable-auto-run", help="accepted for compatibility; kvplan runs one rate")
+    ] = False,
+    seed: Annotated[int, typer.Option("--seed", help="the script's --seed (random and numpy)")] = _B.seed,
+    model: ModelOpt = _D.model,
+    gpu: GpuOpt = _D.gpu,
+    tp: TpOpt = _D.tp,
+    page_size: PageSizeOpt = _D.page_size,
+    swa_full_tokens_ratio: SwaRatioOpt = _D.swa_full_tokens_ratio,
+    mem_fraction_static: MemFracOpt = _D.mem_fraction_static,
+    max_total_tokens: MaxTotalOpt = _D.max_total_tokens,
+    max_running_requests: MaxRunningOpt = _D.max_running_requests,
+    chunked_prefill_size: ChunkedOpt = _D.chunked_prefill_size,
+    max_prefill_tokens: MaxPrefillOpt = _D.max_prefill_tokens,
+    schedule_policy: SchedPolicyOpt = _D.schedule_policy,
+    disable_radix_cache: DisableRadixOpt = _D.disable_radix_cache,
+    radix_eviction_policy: RadixEvictOpt = _D.radix_eviction_policy,
+    disable_overlap_schedule: OverlapOpt = _D.disable_overlap_schedule,
+    swa_eviction: SwaEvictOpt = _D.swa_eviction,
+    tombstone: TombstoneOpt = _D.tombstone,
+    profile: ProfileOpt = _D.profile,
+    log_decode: LogDecodeOpt = False,
+    check_invariants: CheckInvOpt = False,
+    out: OutOpt = None,
+    as_json: JsonOpt = False,
+    progress: ProgressOpt = True,
+) -> None:
+    """Run bench_multiturn.py's workload and sender against the simulated SGLang server."""
+    args = BenchMultiturnArgs(
+        num_clients=num_clients,
+        max_parallel=max_parallel,
+        request_length=request_length,
+        output_length=output_length,
+        num_rounds=num_rounds,
+        min_rounds=min_rounds,
+        max_rounds=max_rounds,
+        distribution=distribution,
+        request_rate=request_rate,
+        sub_question_input_length=sub_question_input_length,
+        ready_queue_policy=ready_queue_policy,
+        range_ratio=range_ratio,
+        enable_round_barrier=enable_round_barrier,
+        disable_random_sample=disable_random_sample,
+        seed=seed,
+    )
+    try:
+        trace = generate_bench_multiturn(args)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # the script's own argument checks
+        raise ConfigError(str(exc)) from None
+    cfg = server_config(
+        model=model,
+        gpu=gpu,
+        tp=tp,
+        page_size=page_size,
+        swa_full_tokens_ratio=swa_full_tokens_ratio,
+        mem_fraction_static=mem_fraction_static,
+        max_total_tokens=max_total_tokens,
+        max_running_requests=max_running_requests,
+        chunked_prefill_size=chunked_prefill_size,
+        max_prefill_tokens=max_prefill_tokens,
+        schedule_policy=schedule_policy,
+        disable_radix_cache=disable_radix_cache,
+        radix_eviction_policy=radix_eviction_policy,
+        disable_overlap_schedule=disable_overlap_schedule,
+        swa_eviction=swa_eviction,
+        tombstone=tombstone,
+        profile=profile,
+        seed=seed,
+        log_decode=log_decode,
+        check_invariants=check_invariants,
+    )
+    execute(trace, cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)
