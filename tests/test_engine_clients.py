@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import random
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -30,7 +31,7 @@ from traces import BenchMultiturnArgs, generate_bench_multiturn, load_trace
 from traces.closed_loop import SequentialReplay
 from traces.schema import TokenContent, Trace, make_requests
 
-SAMPLES = __import__("pathlib").Path(__file__).resolve().parents[1] / "traces" / "data"
+SAMPLES = Path(__file__).resolve().parents[1] / "traces" / "data"
 
 
 class FakeServer:
