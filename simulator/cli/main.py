@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from simulator.cli import cache_replay_cmd, demo_cmd, pools_cmd, trace_cmd
+from simulator.cli import bench_multiturn_cmd, cache_replay_cmd, demo_cmd, pools_cmd, run_cmd, trace_cmd
 
 app = typer.Typer(
     name="kvplan",
@@ -17,6 +17,8 @@ app.add_typer(trace_cmd.app, name="trace")
 app.command("pools")(pools_cmd.pools)
 app.command("cache-replay")(cache_replay_cmd.cache_replay)
 app.command("demo")(demo_cmd.demo)
+app.command("run")(run_cmd.run)
+app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

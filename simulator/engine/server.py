@@ -550,7 +550,7 @@ class ServerModel:
         self._interrupt = self.env.event()
         timeout = self.env.timeout(float(ends[-1] - t_start))
         yield timeout | self._interrupt
-        interrupted = not timeout.triggered
+        interrupted = not timeout.processed  # a Timeout counts as triggered once scheduled
         self._interrupt = None
         if interrupted:
             # the step in flight completes before the scheduler sees the arrival
