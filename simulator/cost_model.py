@@ -335,8 +335,12 @@ def derive_geometry(
                 routed = 0.0
             dense = base - routed
             source = "weights + geometry split"
-        if is_moe and active is None:
+        if is_moe and routed > 0:
             notes.append("params_active unknown; routed/dense split from config geometry")
+        elif is_moe:
+            notes.append(
+                "MoE without params_active or expert sizes: priced as dense (every weight read each step)"
+            )
     if dense < lm_head:
         lm_head = dense
     notes.append(f"dense {dense / 1e9:.3f} B / routed {routed / 1e9:.3f} B parameters ({source})")
@@ -399,12 +403,12 @@ def _params_from_geometry(
     def attn(kv_heads: int, dqk: int, dv: int) -> float:
         return float(hidden * (heads * dqk + kv_heads * (dqk + dv)) + heads * dv * hidden)
 
-    per_layer_attn = model.num_full_layers * attn(model.num_kv_heads, model.head_dim, model.v_head_dim)
-    per_layer_attn += model.num_swa_layers * attn(
+    attn_params = model.num_full_layers * attn(model.num_kv_heads, model.head_dim, model.v_head_dim)
+    attn_params += model.num_swa_layers * attn(
         model.swa_num_kv_heads, model.swa_head_dim, model.swa_v_head_dim
     )
     if model.num_full_layers + model.num_swa_layers == 0:
-        per_layer_attn = model.num_layers * attn(model.num_kv_heads, model.head_dim, model.v_head_dim)
+        attn_params = model.num_layers * attn(model.num_kv_heads, model.head_dim, model.v_head_dim)
     routed = 0.0
     dense_mlp = 0.0
     if is_moe:
@@ -414,7 +418,7 @@ def _params_from_geometry(
     elif model.intermediate_size:
         dense_mlp = float(model.num_layers * 3 * hidden * model.intermediate_size)
     embed = lm_head  # untied input embedding of the same shape (read as a lookup, not streamed)
-    dense = per_layer_attn + dense_mlp + lm_head
+    dense = attn_params + dense_mlp + lm_head
     return dense, routed, dense + routed + embed
 
 
