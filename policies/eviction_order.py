@@ -12,9 +12,15 @@ EVICTION_ORDERS: Registry = Registry("eviction order")
 
 
 class EvictionOrder:
-    """Protocol: ``priority(node, tree) -> sortable``; smaller means evicted earlier."""
+    """Protocol: ``priority(node, tree) -> sortable``; smaller means evicted earlier.
+
+    ``monotone`` declares that a node's key never decreases over time (it only depends on
+    ``last_access_time``, ``hit_count``, ``priority`` or ``creation_time``), which lets the
+    tree keep one lazily refreshed heap instead of rebuilding it at every eviction.
+    """
 
     name = "base"
+    monotone = False
 
     def priority(self, node, tree) -> float | tuple:  # pragma: no cover - interface
         raise NotImplementedError
@@ -26,6 +32,7 @@ class EvictionOrder:
 @EVICTION_ORDERS.register("lru", "least recently used leaf first (SGLang default)")
 class LRU(EvictionOrder):
     name = "lru"
+    monotone = True
 
     def priority(self, node, tree):
         return node.last_access_time
@@ -34,6 +41,7 @@ class LRU(EvictionOrder):
 @EVICTION_ORDERS.register("lfu", "fewest insert hits first, then LRU (SGLang LFUStrategy)")
 class LFU(EvictionOrder):
     name = "lfu"
+    monotone = True
 
     def priority(self, node, tree):
         return (node.hit_count, node.last_access_time)
@@ -42,6 +50,7 @@ class LFU(EvictionOrder):
 @EVICTION_ORDERS.register("fifo", "oldest created first (SGLang FIFOStrategy)")
 class FIFO(EvictionOrder):
     name = "fifo"
+    monotone = True
 
     def priority(self, node, tree):
         return node.creation_time
@@ -66,6 +75,7 @@ class FILO(EvictionOrder):
 @EVICTION_ORDERS.register("priority", "lowest request priority first, then LRU (SGLang PriorityStrategy)")
 class Priority(EvictionOrder):
     name = "priority"
+    monotone = True
 
     def priority(self, node, tree):
         return (node.priority, node.last_access_time)
@@ -74,6 +84,7 @@ class Priority(EvictionOrder):
 @EVICTION_ORDERS.register("slru", "segmented LRU: nodes hit >= 2 times are protected (SGLang SLRUStrategy)")
 class SLRU(EvictionOrder):
     name = "slru"
+    monotone = True
 
     def __init__(self, protected_threshold: int = 2) -> None:
         self.protected_threshold = protected_threshold

@@ -41,6 +41,31 @@ class SWAEvictionPolicy:
         """
         return 0
 
+    def run_steps(self, req, ctx: DecodeContext, steps: int) -> list[tuple[int, int]]:
+        """Apply this policy over ``steps`` decode steps of ``req`` at once.
+
+        Visits only the steps where the trigger fires (``quiet_steps`` jumps the rest) and
+        returns ``(step, swa_tokens_freed)`` for each. The request's counters are advanced
+        temporarily per visited step, exactly as the per-step loop would see them.
+        """
+        events: list[tuple[int, int]] = []
+        outs0, idx0 = req.num_outputs, req.decode_batch_idx
+        s = 0
+        try:
+            while s < steps:
+                req.num_outputs, req.decode_batch_idx = outs0 + s, idx0 + s
+                at = DecodeContext(ctx.window, ctx.page_size, ctx.allocator, ctx.forward_iter + s)
+                k = self.quiet_steps(req, at)
+                if k > 0:
+                    s += k
+                    continue
+                freed = self.on_decode(req, at)
+                events.append((s, freed))
+                s += 1
+        finally:
+            req.num_outputs, req.decode_batch_idx = outs0, idx0
+        return events
+
 
 @SWA_EVICTION.register("none", "keep a request's SWA until it finishes (before PR 17220)")
 class NoDecodeEviction(SWAEvictionPolicy):

@@ -42,4 +42,5 @@ class SimConfig:
     log_decode: bool = False
     decode_log_interval: int = 40
     check_invariants: bool = False
+    fast_forward: bool = True  # jump quiet decode steps arithmetically (off: one step at a time)
     extra: dict = field(default_factory=dict)

@@ -36,6 +36,13 @@ MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
+class _DeferredFrees:
+    """Stands in for the allocator while a policy's frees are collected for a jump."""
+
+    def free_swa_pages(self, n: int) -> None:
+        pass
+
+
 class StuckSimulation(KvplanError):
     """The server stopped making progress; the message says what it was waiting for."""
 
@@ -453,37 +460,38 @@ class ServerModel:
             self.obs.on_retract(self.env.now, [r.sim for r in retracted], before, self.ratio.current)
 
     def _quiet_steps(self) -> int:
-        """Upcoming decode steps in which nothing but counters and page allocations happen."""
-        if self.waiting or self.chunked is not None or self.cfg.check_invariants:
+        """Upcoming decode steps that need no scheduling decision and cannot retract.
+
+        Within them counters advance, pages are allocated at page boundaries, the SWA-eviction
+        policy frees at its trigger steps and the tree evicts when a pool runs short, all
+        replayed in step order after the jump. The span ends with the first finish (included),
+        before a request reaches the window (its SWA context stops growing there) and while
+        free plus evictable pages cover every step's allocation with a batch of headroom.
+        """
+        if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
             return 0
         batch = self.running
         bs = len(batch)
         p = self.page_size
-        ctx = DecodeContext(self.window, p, self.allocator, self.forward_ct)
-        k = min(r.output_len - r.num_outputs for r in batch) - 1
+        k = min(r.output_len - r.num_outputs for r in batch)
         for r in batch:
-            k = min(k, self.swa_policy.quiet_steps(r, ctx))
-            seq = r.prompt_len + r.num_outputs
+            seq = r.kv_allocated_len + 1
             if seq < self.window:
                 k = min(k, self.window - seq)
         if k <= 1:
             return 0
-        # each step needs >= bs free pages in both pools before its checks (then no eviction)
-        free = min(self.allocator.full_free, self.allocator.swa_free)
-        if free < bs:
+        tree = self.cache.tree
+        room = min(
+            self.allocator.full_free + tree.full_evictable // p,
+            self.allocator.swa_free + tree.swa_evictable // p,
+        )
+        if room < bs:
             return 0
+        # each request opens at most ceil(s / p) + 1 pages in s steps
         if p == 1:
-            k = min(k, (free - bs) // bs + 1)
+            k = min(k, (room - bs) // bs + 1)
         else:
-            a = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
-            first = (-a) % p  # first step at which each request opens a page
-            steps = np.arange(k)
-            opens = ((steps[:, None] - first[None, :]) >= 0) & (((steps[:, None] - first[None, :]) % p) == 0)
-            per_step = opens.sum(axis=1)
-            consumed_before = np.concatenate([[0], np.cumsum(per_step)[:-1]])
-            bad = np.flatnonzero(free - consumed_before < bs)
-            if len(bad):
-                k = int(bad[0])
+            k = min(k, p * max(0, (room - bs) // bs - 1))
         return max(0, k)
 
     def _run_decode(self):
@@ -541,9 +549,10 @@ class ServerModel:
         bs = len(batch)
         p = self.page_size
         seqs0 = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
-        full0 = int(seqs0.sum())
-        swa0 = int(np.minimum(seqs0, self.window).sum())
-        swa_growth = int((seqs0 < self.window).sum())
+        ctx1 = seqs0 + 1  # the first step attends over its new token too
+        full0 = int(ctx1.sum())
+        swa0 = int(np.minimum(ctx1, self.window).sum())
+        swa_growth = int((ctx1 < self.window).sum())
         durs = self.cost.decode_times(bs, full0, swa0, k, bs, swa_growth)
         ends = self.env.now + np.cumsum(durs)
         t_start = self.env.now
@@ -561,15 +570,7 @@ class ServerModel:
                 yield self.env.timeout(remaining)
         else:
             m = k
-        # per-step usage: private FULL/SWA grow by a page when a request opens one
-        steps = np.arange(m)
-        first = (-seqs0) % p
-        opens = ((steps[:, None] - first[None, :]) >= 0) & (((steps[:, None] - first[None, :]) % p) == 0)
-        pages_through = np.cumsum(opens.sum(axis=1))  # pages allocated up to and incl. step i
-        full_used0, swa_used0 = self._used()
-        self.allocator.alloc_pages(int(pages_through[-1]))
-        used_full = full_used0 + pages_through * p
-        used_swa = swa_used0 + pages_through * p
+        used_full, used_swa = self._replay_quiet_steps(batch, seqs0, m)
         for r in batch:
             r.kv_allocated_len += m
             r.decode_batch_idx += m
@@ -580,4 +581,66 @@ class ServerModel:
         self.obs.on_decode_steps(
             ends[:m].copy(), [r.sim for r in batch], used_full, used_swa, len(self.waiting)
         )
+        if any(r.num_outputs >= r.output_len for r in batch):
+            self.allocator.free_group_begin()
+            still = []
+            for r in batch:
+                if r.num_outputs >= r.output_len:
+                    self._finish(r)
+                else:
+                    still.append(r)
+            self.allocator.free_group_end()
+            self.running = still
         self._check()
+
+    def _replay_quiet_steps(self, batch: list[ServerReq], seqs0: np.ndarray, m: int):
+        """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
+
+        Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
+        ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
+        pool runs short, allocations and SWA frees are applied in bulk. Returns the per-step
+        ``#full token`` and ``#swa token`` (evictions move evictable to available: no change).
+        """
+        bs = len(batch)
+        p = self.page_size
+        a = self.allocator
+        opens = np.zeros(m, dtype=np.int64)
+        for f in ((-seqs0) % p).tolist():
+            if f < m:
+                opens[f::p] += 1
+        # SWA-eviction events, computed without touching the allocator, applied in order below
+        ctx = DecodeContext(self.window, p, _DeferredFrees(), self.forward_ct)
+        frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
+        for r in batch:
+            for step, freed in self.swa_policy.run_steps(r, ctx, m):
+                frees[step] += freed // p
+        self.swa_freed_by_decode += int(frees.sum()) * p
+        full_used0, swa_used0 = self._used()
+        pages_through = np.cumsum(opens)
+        s = 0
+        while s < m:
+            # free pages before each later step's allocation, if no eviction happened
+            cons_before = pages_through[s:] - opens[s:] - (pages_through[s - 1] if s else 0)
+            frees_before = np.cumsum(frees[s:]) - frees[s:]
+            ff = a.full_free - cons_before
+            sf = a.swa_free - cons_before + frees_before
+            need = opens[s:]
+            short = (ff < need) | (sf < need) | (ff < bs) | (sf + frees[s:] < bs)
+            hit = np.flatnonzero(short)
+            t = s + int(hit[0]) if len(hit) else m
+            if t > s:  # the quiet stretch [s, t): bulk frees and allocations
+                a.free_swa_pages(int(frees[s:t].sum()))
+                a.alloc_pages(int(opens[s:t].sum()))
+            if t == m:
+                break
+            # step t runs SGLang's per-step sequence
+            self.cache.evict_to_free_tokens(int(opens[t]) * p)
+            a.free_swa_pages(int(frees[t]))
+            self.cache.evict_to_free_tokens(bs * p)
+            if not a.can_alloc_pages(int(opens[t])):  # pragma: no cover - excluded by _quiet_steps
+                raise OutOfMemory("decode out of memory inside a fast-forwarded span")
+            a.alloc_pages(int(opens[t]))
+            s = t + 1
+        used_full = full_used0 + pages_through * p
+        used_swa = swa_used0 + pages_through * p - np.cumsum(frees) * p
+        return used_full, used_swa

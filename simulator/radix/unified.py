@@ -77,6 +77,11 @@ class UnifiedSWARadixTree:
         self._next_uuid = 0
         self.swa_lru = LRUList("swa")
         self.device_leaves: set[TreeNode] = set()
+        # For orders whose keys only grow (lru, lfu, fifo, priority, slru) the FULL pass can keep
+        # one heap across calls: a stale entry always undercuts its node's true key, so popping
+        # and re-pushing stale entries yields the same victims as SGLang's per-call heap.
+        self._lazy_heap = bool(getattr(eviction_order, "monotone", False))
+        self._leaf_heap: list = []
         self.full_evictable = 0
         self.full_protected = 0
         self.swa_evictable = 0
@@ -117,9 +122,36 @@ class UnifiedSWARadixTree:
     def _update_leaf(self, node: TreeNode) -> None:
         # UnifiedTreeCore._update_evictable_leaf_sets
         if self._is_device_leaf(node):
-            self.device_leaves.add(node)
+            if node not in self.device_leaves:
+                self.device_leaves.add(node)
+                if self._lazy_heap:
+                    self._push_leaf(node)
         else:
             self.device_leaves.discard(node)
+
+    def _leaf_key(self, node: TreeNode) -> tuple:
+        return (self.eviction_order.priority(node, self), node.last_access_time, node.id)
+
+    def _push_leaf(self, node: TreeNode) -> None:
+        heapq.heappush(self._leaf_heap, (self._leaf_key(node), node))
+        if len(self._leaf_heap) > 4 * len(self.device_leaves) + 64:
+            self._leaf_heap = [(self._leaf_key(x), x) for x in self.device_leaves]
+            heapq.heapify(self._leaf_heap)
+
+    def _pop_lazy_leaf(self) -> TreeNode | None:
+        heap = self._leaf_heap
+        while heap:
+            key, node = heap[0]
+            if node not in self.device_leaves:
+                heapq.heappop(heap)
+                continue
+            true_key = self._leaf_key(node)
+            if true_key != key:
+                heapq.heapreplace(heap, (true_key, node))
+                continue
+            heapq.heappop(heap)
+            return node
+        return None
 
     def _set_swa(self, node: TreeNode) -> None:
         # UnifiedTreeCore.set_component_device_value (via the SWARebuild action)
@@ -442,21 +474,26 @@ class UnifiedSWARadixTree:
         if full_shortfall > 0 and not full_reached():
             quota = max(full_shortfall, result.full_evicted + self.full_evictable)
             order = self.eviction_order
-            heap = [(order.priority(x, self), x.last_access_time, x.id, x) for x in self.device_leaves]
-            heapq.heapify(heap)
+            if not self._lazy_heap:
+                heap = [(order.priority(x, self), x.last_access_time, x.id, x) for x in self.device_leaves]
+                heapq.heapify(heap)
             last_parent: TreeNode | None = None
             while True:  # FullComponent._evict_device_next_node
-                if last_parent is not None and last_parent in self.device_leaves:
+                if not self._lazy_heap and last_parent is not None and last_parent in self.device_leaves:
                     par = last_parent
                     heapq.heappush(heap, (order.priority(par, self), par.last_access_time, par.id, par))
                 last_parent = None
                 victim = None
-                while result.full_evicted < quota and heap:
-                    entry = heapq.heappop(heap)
-                    if entry[3] in self.device_leaves:
-                        victim = entry[3]
-                        order.on_evicted(entry[0])
-                        break
+                if result.full_evicted < quota:
+                    if self._lazy_heap:
+                        victim = self._pop_lazy_leaf()
+                    else:
+                        while heap:
+                            entry = heapq.heappop(heap)
+                            if entry[3] in self.device_leaves:
+                                victim = entry[3]
+                                order.on_evicted(entry[0])
+                                break
                 if victim is None:
                     break
                 last_parent = victim.parent
