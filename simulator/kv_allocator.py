@@ -85,6 +85,18 @@ class SWAKVAllocator:
         self.stats.full_pages_allocated += n
         self.stats.swa_pages_allocated += n
 
+    def alloc_pages_and_free_swa(self, alloc: int, swa_freed: int) -> None:
+        """Net effect of a run of decode steps that allocate ``alloc`` pages in both pools and
+        free ``swa_freed`` SWA pages by window eviction, interleaved (pages freed late in the
+        run may have been allocated early in it), for the simulator's decode fast-forward."""
+        assert alloc >= 0 and swa_freed >= 0 and not self._in_group
+        self.full_free -= alloc
+        self.swa_free += swa_freed - alloc
+        assert 0 <= self.full_free and 0 <= self.swa_free <= self.swa_pages, (self.full_free, self.swa_free)
+        self.stats.full_pages_allocated += alloc
+        self.stats.swa_pages_allocated += alloc
+        self.stats.swa_pages_freed += swa_freed
+
     # -- frees (free_full_segment / free_swa_segment / free) -------------------------------
     def free_full_pages(self, n: int) -> None:
         assert n >= 0

@@ -547,7 +547,6 @@ class ServerModel:
         """Run ``k`` quiet decode steps at once, stopping early if a request arrives."""
         batch = self.running
         bs = len(batch)
-        p = self.page_size
         seqs0 = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         ctx1 = seqs0 + 1  # the first step attends over its new token too
         full0 = int(ctx1.sum())
@@ -628,9 +627,8 @@ class ServerModel:
             short = (ff < need) | (sf < need) | (ff < bs) | (sf + frees[s:] < bs)
             hit = np.flatnonzero(short)
             t = s + int(hit[0]) if len(hit) else m
-            if t > s:  # the quiet stretch [s, t): bulk frees and allocations
-                a.free_swa_pages(int(frees[s:t].sum()))
-                a.alloc_pages(int(opens[s:t].sum()))
+            if t > s:  # the quiet stretch [s, t): its allocations and SWA frees, net
+                a.alloc_pages_and_free_swa(int(opens[s:t].sum()), int(frees[s:t].sum()))
             if t == m:
                 break
             # step t runs SGLang's per-step sequence
