@@ -616,7 +616,12 @@ class ServerModel:
         self.swa_freed_by_decode += int(frees.sum()) * p
         full_used0, swa_used0 = self._used()
         pages_through = np.cumsum(opens)
+        total = int(pages_through[-1])
         s = 0
+        if min(a.full_free, a.swa_free) - total >= bs:
+            # free pages never drop below a batch's worth: no step evicts (the common case)
+            a.alloc_pages_and_free_swa(total, int(frees.sum()))
+            s = m
         while s < m:
             # free pages before each later step's allocation, if no eviction happened
             cons_before = pages_through[s:] - opens[s:] - (pages_through[s - 1] if s else 0)

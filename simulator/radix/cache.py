@@ -265,6 +265,7 @@ class UnifiedSWACache(SWARadixCache):
             req.cache_protected_len,
             req.cache_inserted_len,
             req.swa_evicted_seqlen,
+            protected_node=req.last_node if req.lock is not None else None,
         )
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         self.tree.unlock(req.lock)

@@ -299,9 +299,7 @@ class LegacySWARadixTree:
             self.swa_evictable -= x.length
         self.counters.leaves_deleted += 1
 
-    def _delete_tombstone_ancestors(
-        self, x: TreeNode, result: EvictResult, count: bool = True
-    ) -> TreeNode:
+    def _delete_tombstone_ancestors(self, x: TreeNode, result: EvictResult, count: bool = True) -> TreeNode:
         """``_iteratively_delete_tombstone_leaf``: drop childless, unlocked tombstone parents."""
         while not x.parent.swa and not x.parent.children:
             par = x.parent

@@ -166,6 +166,8 @@ def match_pages(node_key: np.ndarray, key: np.ndarray, offset: int) -> int:
         return 0
     a = node_key[:n]
     b = key[offset : offset + n]
+    if a.tobytes() == b.tobytes():  # the common case: the whole span matches (one memcmp)
+        return n
     if n <= 8:
         i = 0
         while i < n and a[i] == b[i]:

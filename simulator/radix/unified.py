@@ -112,12 +112,7 @@ class UnifiedSWARadixTree:
 
     def _is_device_leaf(self, node: TreeNode) -> bool:
         # UnifiedTreeCore._is_device_leaf (no HiCache: every child has FULL on device)
-        return (
-            node is not self.root
-            and node.full_lock == 0
-            and node.swa_lock == 0
-            and not node.children
-        )
+        return node is not self.root and node.full_lock == 0 and node.swa_lock == 0 and not node.children
 
     def _update_leaf(self, node: TreeNode) -> None:
         # UnifiedTreeCore._update_evictable_leaf_sets
@@ -260,13 +255,18 @@ class UnifiedSWARadixTree:
         """``UnifiedTreeCore.inc_lock_ref``: FULL path lock + SWA window lock with a receipt."""
         self.counters.lock_calls += 1
         cur = node
-        while cur is not self.root:  # FullComponent.acquire_component_lock
+        moved = 0
+        root = self.root
+        leaves = self.device_leaves
+        while cur is not root:  # FullComponent.acquire_component_lock
             if cur.full_lock == 0:
-                self.full_evictable -= cur.length
-                self.full_protected += cur.length
+                moved += cur.length
             cur.full_lock += 1
-            self.device_leaves.discard(cur)
+            if not cur.children:
+                leaves.discard(cur)
             cur = cur.parent
+        self.full_evictable -= moved
+        self.full_protected += moved
         covered = 0  # SWAComponent.acquire_component_lock
         uuid = None
         cur = node
@@ -303,15 +303,18 @@ class UnifiedSWARadixTree:
                 break
             cur = cur.parent
         cur = node
-        while cur is not self.root:  # FullComponent.release_component_lock
+        freed = 0
+        root = self.root
+        while cur is not root:  # FullComponent.release_component_lock
             assert cur.full_lock > 0, f"FULL release hit lock_ref=0 on node {cur.id}"
-            if cur.full_lock == 1:
-                self.full_evictable += cur.length
-                self.full_protected -= cur.length
             cur.full_lock -= 1
             if cur.full_lock == 0:
-                self._update_leaf(cur)
+                freed += cur.length
+                if not cur.children:  # only a childless node can become a D-leaf
+                    self._update_leaf(cur)
             cur = cur.parent
+        self.full_evictable += freed
+        self.full_protected -= freed
         self._update_leaf(node)
 
     # ------------------------------------------------------------------ insert
@@ -322,12 +325,17 @@ class UnifiedSWARadixTree:
         inserted_len: int,
         swa_evicted_seqlen: int,
         priority: int = 0,
+        protected_node: TreeNode | None = None,
     ) -> tuple[int, TreeNode]:
         """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` for a page-aligned key.
 
         The request's row positions ``[prev_prefix_len, len)`` are its private slots: each is
         adopted by a new leaf, adopted to heal an SWA tombstone, or freed as a duplicate.
         Returns (length already in the tree before this insert, node the key ends on).
+
+        ``protected_node`` (optional) is the node the request holds locked, whose path is exactly
+        its first ``prev_prefix_len`` tokens of ``key``: those nodes are then touched without
+        comparing keys (nothing else happens to them in SGLang's walk), which only saves time.
         """
         self.counters.insert_calls += 1
         p = self.page_size
@@ -341,6 +349,22 @@ class UnifiedSWARadixTree:
         node = self.root
         total = 0
         off = 0
+        if protected_node is not None and protected_node is not self.root and prev_prefix_len <= n * p:
+            path = []
+            x = protected_node
+            while x is not self.root:
+                path.append(x)
+                x = x.parent
+            for x in reversed(path):  # the walk over the protected prefix: touch, priority, hits
+                x.last_access_time = self._tick()
+                if x.priority < priority:
+                    x.priority = priority
+                total += x.length
+                if total > inserted_len:
+                    x.hit_count += 1
+            assert total == prev_prefix_len, (total, prev_prefix_len)
+            node = protected_node
+            off = total // p
         while off < n:
             child = node.children.get(int(key[off]))
             if child is None:
