@@ -127,7 +127,7 @@ class ServerModel:
         self.retractions = 0
         self.aborts = 0
         self._wakeup: simpy.Event | None = None
-        self._interrupt: simpy.Event | None = None
+        self._in_jump = False  # the loop is inside a fast-forwarded decode span
         self.obs.on_start(
             PoolCapacity(self.allocator.full_capacity, self.allocator.swa_capacity),
             dict(
@@ -154,9 +154,11 @@ class ServerModel:
         req.done = self.env.event()
         self.waiting.append(req)
         self.obs.on_arrival(sim)
-        for ev in (self._wakeup, self._interrupt):
-            if ev is not None and not ev.triggered:
-                ev.succeed()
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+        if self._in_jump:
+            self._in_jump = False
+            self.process.interrupt("arrival")
         return req.done
 
     @property
@@ -252,6 +254,20 @@ class ServerModel:
         allocated = extend if chunk_limit is None else min(extend, chunk_limit)
         return max(allocated - w, 0) + min(extend + max_new, w) + p
 
+    def _chunk_continuation(self) -> tuple[int, bool]:
+        """(tokens, truncated) of the chunked request's next chunk (``add_chunked_req``)."""
+        req = self.chunked
+        a, tree, p = self.allocator, self.cache.tree, self.page_size
+        cps = self.pools.chunked_prefill_size
+        avail = cps if cps > 0 else 1 << 60
+        remaining_total = a.full_available_size() + tree.full_evictable - self._running_offset()
+        remaining_swa = a.swa_available_size() + tree.swa_evictable
+        avail = min(avail, int(remaining_total), int(remaining_swa) - p)
+        if avail <= 0:
+            return 0, True
+        cand = req.fill_len - req.prefix_len
+        return min(cand, avail), cand > avail
+
     def _get_new_batch_prefill(self) -> list[ServerReq]:
         """``Scheduler._get_new_batch_prefill_raw`` with ``PrefillAdder`` + ``SWAPrefillBudget``."""
         if not self.waiting and self.chunked is None:
@@ -290,12 +306,8 @@ class ServerModel:
 
         if self.chunked is not None:  # PrefillAdder.add_chunked_req
             req = self.chunked
-            avail = rem_chunk if rem_chunk is not None else 1 << 60
-            avail = min(avail, int(remaining_total()), int(remaining_swa()) - p)
-            if avail > 0:
-                cand = req.fill_len - req.prefix_len
-                truncated = cand > avail
-                new_len = min(cand, avail)
+            new_len, truncated = self._chunk_continuation()
+            if new_len > 0:
                 req.extend_end = req.prefix_len + new_len
                 can_run.append(req)
                 reserve(new_len, 0 if truncated else min(req.output_len, CLIP_MAX_NEW_TOKENS))
@@ -366,6 +378,9 @@ class ServerModel:
 
     # ------------------------------------------------------------------ prefill
     def _run_prefill(self, batch: list[ServerReq]):
+        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked:
+            yield from self._run_chunk_train(batch[0])
+            return
         t0 = self.env.now
         cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
         try:
@@ -413,6 +428,53 @@ class ServerModel:
                 self.running.append(r)
         self.allocator.free_group_end()
         self._check()
+
+    def _run_chunk_train(self, req: ServerReq):
+        """Consecutive truncated chunks of one long prompt, in one jump of the clock.
+
+        While a chunk is truncated the prefill batch holds only the chunked request
+        (``add_chunked_req`` uses the whole chunk budget) and nothing else runs or reads the
+        cache, so each chunk's allocation, forward and checkpoint can be applied in order and the
+        clock advanced once. The last (untruncated) chunk goes back to the scheduler, which may
+        batch waiting requests with it.
+        """
+        t = self.env.now
+        while True:
+            t0 = t
+            cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
+            try:
+                self.cache.alloc_for_extend([req])
+            except OutOfMemory as exc:
+                self.chunked = None
+                self._abort(req, str(exc))
+                break
+            self.forward_ct += 1
+            ext = req.extend_end - req.prefix_len
+            dur = self.cost.prefill_time(np.array([ext]), np.array([req.prefix_len]))
+            full_used, swa_used = self._used()
+            t = t0 + dur
+            self.obs.on_prefill_batch(
+                t0,
+                t,
+                [req.sim],
+                ext,
+                cached_before,
+                full_used,
+                swa_used,
+                len(self.running),
+                len(self.waiting),
+            )
+            self.allocator.free_group_begin()
+            self.cache.checkpoint(req, req.extend_end, finished=False)  # stash_chunked_request
+            req.prefix_len = req.extend_end
+            self.allocator.free_group_end()
+            self._check()
+            new_len, truncated = self._chunk_continuation()
+            if new_len <= 0 or not truncated:
+                break
+            req.extend_end = req.prefix_len + new_len
+        if t > self.env.now:
+            yield self.env.timeout(t - self.env.now)
 
     def _finish(self, r: ServerReq) -> None:
         self.cache.release(r)
@@ -547,28 +609,28 @@ class ServerModel:
         """Run ``k`` quiet decode steps at once, stopping early if a request arrives."""
         batch = self.running
         bs = len(batch)
-        seqs0 = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
-        ctx1 = seqs0 + 1  # the first step attends over its new token too
-        full0 = int(ctx1.sum())
-        swa0 = int(np.minimum(ctx1, self.window).sum())
-        swa_growth = int((ctx1 < self.window).sum())
+        w = self.window
+        seqs = [r.kv_allocated_len for r in batch]
+        full0 = sum(seqs) + bs  # the first step attends over its new token too
+        swa0 = sum(min(x + 1, w) for x in seqs)
+        swa_growth = sum(1 for x in seqs if x + 1 < w)
         durs = self.cost.decode_times(bs, full0, swa0, k, bs, swa_growth)
         ends = self.env.now + np.cumsum(durs)
-        t_start = self.env.now
-        self._interrupt = self.env.event()
-        timeout = self.env.timeout(float(ends[-1] - t_start))
-        yield timeout | self._interrupt
-        interrupted = not timeout.processed  # a Timeout counts as triggered once scheduled
-        self._interrupt = None
-        if interrupted:
-            # the step in flight completes before the scheduler sees the arrival
+        self._in_jump = True
+        try:
+            yield self.env.timeout(float(ends[-1]) - self.env.now)
+            m = k
+        except simpy.Interrupt:
+            # a request arrived: the step in flight completes before the scheduler sees it
+            self._in_jump = False
             done = int(np.searchsorted(ends, self.env.now, side="right"))
             m = min(k, done + 1)
             remaining = float(ends[m - 1]) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
-        else:
-            m = k
+        finally:
+            self._in_jump = False
+        seqs0 = np.array(seqs, dtype=np.int64)
         used_full, used_swa = self._replay_quiet_steps(batch, seqs0, m)
         for r in batch:
             r.kv_allocated_len += m
