@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
@@ -14,6 +15,9 @@ from simulator.errors import KvplanError
 from traces.errors import TraceFormatError
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+# The bundled default workload: the first 800 requests of Mooncake's arXiv trace (traces/data).
+DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
 
 USER_ERRORS = (KvplanError, TraceFormatError, FileNotFoundError, IsADirectoryError, PermissionError)
 

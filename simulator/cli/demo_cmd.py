@@ -13,9 +13,8 @@ from typing import Annotated
 
 import typer
 
+from simulator.cli.common import DEFAULT_TRACE as BUNDLED_TRACE
 from simulator.cli.common import print_json, user_errors_exit
-
-BUNDLED_TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
 
 
 @user_errors_exit

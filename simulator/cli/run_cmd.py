@@ -18,9 +18,8 @@ from policies.eviction_order import EVICTION_ORDERS
 from policies.registry import Registry
 from policies.swa_eviction import SWA_EVICTION
 from policies.tombstone import TOMBSTONING
-from simulator.cli.common import print_json, user_errors_exit
+from simulator.cli.common import DEFAULT_TRACE, print_json, user_errors_exit
 from simulator.engine.config import SimConfig
-from simulator.errors import KvplanError
 
 _D = SimConfig()  # option defaults come from the config, so there is one list of defaults
 
@@ -119,13 +118,8 @@ def server_config(**kwargs: Any) -> SimConfig:
 
 
 def _load_simulate() -> Callable[..., None]:
-    """The lead's ``simulate(trace, cfg, observer)``; a clear error while it does not exist yet."""
-    try:
-        from simulator.engine.simulate import simulate
-    except ModuleNotFoundError as exc:
-        if exc.name != "simulator.engine.simulate":
-            raise
-        raise KvplanError("the server model (simulator.engine.simulate) is not available yet") from None
+    from simulator.engine.simulate import simulate
+
     return simulate
 
 
@@ -207,7 +201,9 @@ def shows_per_round(trace: Any) -> bool:
 
 @user_errors_exit
 def run(
-    trace: Annotated[Path, typer.Option("--trace", help="any trace kvplan reads (see docs/traces.md)")],
+    trace: Annotated[
+        Path, typer.Option("--trace", help="any trace kvplan reads (default: the bundled Mooncake sample)")
+    ] = DEFAULT_TRACE,
     fmt: Annotated[str | None, typer.Option("--format", help="trace format (default: detected)")] = None,
     block_size: Annotated[
         int | None, typer.Option("--block-size", help="Mooncake hash-id block size")
