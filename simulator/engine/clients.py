@@ -81,6 +81,7 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     heartbeat_rows = (
         isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
     )
+    ignore_eos = isinstance(trace.closed_loop, BenchMultiturnLoop)
     return [
         SimRequest(
             rid=rids[i],
@@ -91,6 +92,7 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
             round=turns[i],
             heartbeat=bool(heartbeat_rows and session_na[i]),
             index=i,
+            ignore_eos=ignore_eos,
         )
         for i in range(len(rids))
     ]

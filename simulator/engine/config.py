@@ -37,6 +37,11 @@ class SimConfig:
     time_scale: float = 1.0  # multiply trace inter-arrival times
     request_rate: float | None = None  # override: Poisson arrivals at this rate (req/s)
     think_time_s: float = 0.0  # sessions: delay between a turn's finish and the next turn
+    # Admission's view of the outputs. None: bench_multiturn workloads are ignore_eos (as the
+    # script sends them), trace requests stop at EOS. max_new_tokens None: each request's own
+    # output length; a number: the client's max_tokens (at least the output length).
+    ignore_eos: bool | None = None
+    max_new_tokens: int | None = None
     seed: int = 0
     # --- observability --------------------------------------------------------------------
     log_decode: bool = False

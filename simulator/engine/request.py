@@ -27,6 +27,10 @@ class SimRequest:
     round: int = 0
     heartbeat: bool = False
     index: int = -1  # row in the trace
+    # What SGLang's admission sees: bench_multiturn sends ignore_eos with max_new_tokens equal to
+    # the output length; a production request stops at EOS before its max_new_tokens.
+    ignore_eos: bool = True
+    max_new_tokens: int | None = None  # None: the output length
     # --- filled by the server -------------------------------------------------------------
     first_token_s: float = math.nan
     finish_s: float = math.nan

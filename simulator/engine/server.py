@@ -54,6 +54,7 @@ class ServerReq(ReqKV):
     sim: SimRequest | None = None
     done: simpy.Event | None = None
     ignore_eos: bool = True
+    max_new_tokens: int = 0  # sampling_params.max_new_tokens (>= output_len)
 
 
 @dataclass(frozen=True)
@@ -151,6 +152,12 @@ class ServerModel:
         req = ServerReq(
             rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
         )
+        cfg = self.cfg
+        req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
+        max_new = sim.max_new_tokens or sim.output_len
+        if cfg.max_new_tokens is not None:
+            max_new = max(max_new, cfg.max_new_tokens)
+        req.max_new_tokens = max_new
         req.done = self.env.event()
         self.waiting.append(req)
         self.obs.on_arrival(sim)
@@ -245,7 +252,7 @@ class ServerModel:
         total = 0.0
         for r in self.running:
             ratio = 1.0 if r.ignore_eos else self.ratio.current
-            total += min(r.output_len - r.num_outputs, CLIP_MAX_NEW_TOKENS) * ratio
+            total += min(r.max_new_tokens - r.num_outputs, CLIP_MAX_NEW_TOKENS) * ratio
         return total
 
     def _swa_tokens(self, extend: int, max_new: int, chunk_limit: int | None) -> int:
@@ -310,7 +317,7 @@ class ServerModel:
             if new_len > 0:
                 req.extend_end = req.prefix_len + new_len
                 can_run.append(req)
-                reserve(new_len, 0 if truncated else min(req.output_len, CLIP_MAX_NEW_TOKENS))
+                reserve(new_len, 0 if truncated else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
                 self.chunked = req if truncated else None
             if self.chunked is not None:
                 return can_run
@@ -326,7 +333,7 @@ class ServerModel:
             if len(can_run) + len(self.running) >= max_running:
                 break
             self.cache.match(req)  # init_next_round_input
-            max_new = min(max(req.output_len - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
+            max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
             extend = req.fill_len - req.prefix_len
             total_tokens = extend + max_new + p
             probe = tree.lock(req.last_node)  # PrefillAdder._lock_node
@@ -351,7 +358,7 @@ class ServerModel:
                 if chunk_limit is None and can_run and -(-extend // p) * p >= rem_input:
                     break
                 is_chunked = False
-                adm_new = min(req.output_len, CLIP_MAX_NEW_TOKENS)
+                adm_new = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
                 if chunk_limit is not None and -(-extend // p) * p > chunk_limit:
                     ext = chunk_limit // p * p
                     end = (req.prefix_len + ext) // p * p
@@ -512,7 +519,7 @@ class ServerModel:
         self.running = [r for i, r in enumerate(self.running) if i in keep]
         before = self.ratio.current
         decoded = sum(r.num_outputs for r in self.running)
-        max_new = sum(r.output_len for r in self.running)
+        max_new = sum(r.max_new_tokens for r in self.running)
         self.ratio.current = min(1.0, (decoded + 20 * len(self.running)) / (max_new + 1))
         self.retractions += len(retracted)
         self.waiting.extend(retracted)
