@@ -1,0 +1,80 @@
+"""Impossible configurations fail at start; unservable requests are aborted and counted;
+a run that stops making progress ends with a diagnostic, never a hang."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import simpy
+from typer.testing import CliRunner
+
+from simulator.cli.main import app
+from simulator.engine.config import SimConfig
+from simulator.engine.metrics import Recorder
+from simulator.engine.server import ServerModel, StuckSimulation
+from simulator.engine.simulate import simulate
+from simulator.errors import ConfigError
+from traces import load_trace
+
+runner = CliRunner()
+
+
+def _tokens_trace(tmp_path, prompt_lens):
+    lines = []
+    for i, n in enumerate(prompt_lens):
+        lines.append({"rid": f"r{i}", "input_ids": [1000 * i + j for j in range(n)], "output_ids": [7] * 8})
+    p = tmp_path / "w.jsonl"
+    p.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return p
+
+
+def test_swa_pool_smaller_than_window_is_an_error_at_start(tmp_path):
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, max_total_tokens=200)
+    trace = load_trace(_tokens_trace(tmp_path, [100]))
+    with pytest.raises(ConfigError, match="window"):
+        simulate(trace, cfg, Recorder.from_config(cfg))
+    res = runner.invoke(
+        app,
+        [
+            "run",
+            "--trace",
+            str(tmp_path / "w.jsonl"),
+            "--tp",
+            "8",
+            "--page-size",
+            "64",
+            "--max-total-tokens",
+            "200",
+        ],
+    )
+    assert res.exit_code == 1
+    assert "kvplan: error:" in res.stderr and "Traceback" not in res.output
+
+
+def test_request_that_can_never_fit_is_aborted_and_counted(tmp_path):
+    # a 12k-token prompt against a 10k-token pool: SGLang can never admit it
+    trace = load_trace(_tokens_trace(tmp_path, [500, 12_000, 700]))
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, max_total_tokens=10_000)
+    rec = Recorder.from_config(cfg)
+    simulate(trace, cfg, rec)
+    summary = rec.summary()
+    assert summary["aborted"] == 1
+    assert summary["requests"] == 2  # the two that fit completed
+    frame = rec.frames()["requests"]
+    assert frame.loc[frame["rid"] == "r1", "aborted"].item()
+
+
+def test_a_lost_request_ends_the_run_with_a_diagnostic(tmp_path, monkeypatch):
+    trace = load_trace(_tokens_trace(tmp_path, [300, 300]))
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64)
+    real_submit = ServerModel.submit
+
+    def losing_submit(self, sim):  # a bug that drops the second request on the floor
+        if sim.rid == "r1":
+            return simpy.Event(self.env)
+        return real_submit(self, sim)
+
+    monkeypatch.setattr(ServerModel, "submit", losing_submit)
+    with pytest.raises(StuckSimulation, match="1 of 2 requests never finished"):
+        simulate(trace, cfg, Recorder.from_config(cfg))
