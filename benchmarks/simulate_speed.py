@@ -46,8 +46,8 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     rows = [
-        "| trace | requests | simulated forward steps | wall s (best of {n}) | simulated requests/s | "
-        "fast-forward off: wall s | req/s | cache hit rate |".format(n=args.repeat),
+        f"| trace | requests | simulated forward steps | wall s (best of {args.repeat}) "
+        "| simulated requests/s | fast-forward off: wall s | req/s | cache hit rate |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, path in TRACES:
@@ -68,7 +68,8 @@ def main() -> None:
         print(rows[-1], flush=True)
     footer = (
         f"\n\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (one used), "
-        f"Python {platform.python_version()}. Command: `python benchmarks/simulate_speed.py --repeat {args.repeat}`.\n"
+        f"Python {platform.python_version()}. "
+        f"Command: `python benchmarks/simulate_speed.py --repeat {args.repeat}`.\n"
     )
     text = "\n".join(rows) + footer
     if args.out:
