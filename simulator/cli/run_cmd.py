@@ -76,7 +76,7 @@ OverlapOpt = Annotated[
     bool,
     typer.Option(
         "--disable-overlap-schedule/--enable-overlap-schedule",
-        help="SGLang --disable-overlap-schedule; kvplan models no overlap unless --enable-overlap-schedule",
+        help="SGLang --disable-overlap-schedule; kvplan models the non-overlapped scheduler only",
     ),
 ]
 SwaEvictOpt = Annotated[

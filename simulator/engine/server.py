@@ -105,6 +105,10 @@ class ServerModel:
         self.pools = pools
         self.cost = cost_model
         self.obs = observer or ServerObserver()
+        if not cfg.disable_overlap_schedule:
+            raise ConfigError(
+                "overlap scheduling is not modelled yet: run with --disable-overlap-schedule (the default)"
+            )
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
