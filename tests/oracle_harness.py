@@ -346,12 +346,26 @@ class OracleWorker:
         return self.process.request({"requests": normalize_requests(requests), "args": self.driver_args})
 
     def run(self, requests: Iterable[Any]) -> dict[str, Any]:
-        """Serve one workload on a fresh cache; raise :class:`OracleWorkloadError` if it fails."""
-        response = self.run_raw(requests)
+        """Serve one workload on a fresh cache; raise :class:`OracleWorkloadError` if it fails.
+
+        The driver's JSON gains ``oracle_heals`` (healings seen, or ``None``), ``oracle_calls``
+        (tree entry-point calls) and ``oracle_wall_s`` (the worker's time for the message)."""
+        return self._unwrap(self.run_raw(requests))
+
+    def run_file(self, path: Path | str) -> dict[str, Any]:
+        """Like :meth:`run` for a JSONL file the worker reads itself (large workloads: no
+        megabytes through the pipe)."""
+        assert self.process is not None
+        response = self.process.request({"workload": str(Path(path).resolve()), "args": self.driver_args})
+        return self._unwrap(response)
+
+    @staticmethod
+    def _unwrap(response: dict[str, Any]) -> dict[str, Any]:
         if not response.get("ok"):
             raise OracleWorkloadError(response)
         result = response["result"]
         result["oracle_heals"] = response.get("heals")
+        result["oracle_calls"] = response.get("calls")
         result["oracle_wall_s"] = response.get("wall_s")
         return result
 
@@ -400,6 +414,52 @@ def compare_records(
     if len(diffs) > max_diffs:
         more = len(diffs) - max_diffs
         diffs = diffs[:max_diffs] + [f"... and {more} more"]
+    return diffs
+
+
+EXTRA_REQUEST_KEYS = (
+    "evict_calls",
+    "full_evicted",
+    "swa_evicted",
+    "cached_tokens",
+    "cache_protected_len_after_checkpoint",
+)
+"""Per-request extras: tree evictions during the request, SGLang's ``Req.cached_tokens`` and
+(0.5.23 only) ``req.kv.cache_protected_len`` after the prefill step."""
+
+TREE_KEYS = ("nodes", "leaves", "tombstones", "tombstone_tokens", "full_tokens", "swa_tokens")
+"""End-of-workload tree statistics both sides report."""
+
+
+def compare_extras(oracle: Mapping[str, Any], result: Any, *, max_diffs: int = 20) -> list[str]:
+    """Differences beyond the sizes: per-request eviction counts and ``cached_tokens``, the
+    workload's eviction totals and the final tree's node/leaf/tombstone counts.
+
+    These follow from the same decisions as the sizes, but node counts also depend on where
+    splits happen, which the sizes cannot see.  Keys a side does not report are skipped."""
+    diffs: list[str] = []
+    for o, s in zip(oracle["requests"], getattr(result, "records", []), strict=False):
+        bad = [f"{k} {o[k]}!={s[k]}" for k in EXTRA_REQUEST_KEYS if k in o and k in s and o[k] != s[k]]
+        if bad:
+            diffs.append(f"{o['rid']} (oracle!=kvplan): " + ", ".join(bad))
+    ev = getattr(result, "evictions", None) or {}
+    bad = [
+        f"{k} {oracle['evictions'][k]}!={ev[k]}"
+        for k in ("calls", "full_evicted", "swa_evicted")
+        if k in ev and ev[k] != oracle["evictions"][k]
+    ]
+    if bad:
+        diffs.append("eviction totals (oracle!=kvplan): " + ", ".join(bad))
+    stats = getattr(result, "tree_stats", None) or {}
+    bad = [
+        f"{k} {oracle['tree'][k]}!={stats[k]}"
+        for k in TREE_KEYS
+        if k in stats and stats[k] != oracle["tree"][k]
+    ]
+    if bad:
+        diffs.append("final tree (oracle!=kvplan): " + ", ".join(bad))
+    if len(diffs) > max_diffs:
+        diffs = diffs[:max_diffs] + [f"... and {len(diffs) - max_diffs} more"]
     return diffs
 
 

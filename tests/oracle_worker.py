@@ -19,9 +19,9 @@ Protocol (JSON lines):
   written to a temporary JSONL file and read back with the driver's own reader, so they are
   validated exactly as the CLI validates them.
 * answer: ``{"id", "ok": true, "result": <the driver's per-workload JSON>, "heals": N|null,
-  "wall_s"}`` or ``{"id", "ok": false, "error_type", "error", "traceback", "heals"}``.  A
-  workload that raises (e.g. the allocator's ``Out of memory``) yields an error answer; the
-  worker keeps serving.
+  "calls": {tree method: count}, "wall_s"}`` or ``{"id", "ok": false, "error_type", "error",
+  "traceback"}``.  A workload that raises (e.g. the allocator's ``Out of memory``) yields an
+  error answer; the worker keeps serving.
 * EOF on stdin ends the worker.
 
 ``heals`` counts SWA tombstone healings observed through pass-through wrappers: in 0.5.15 the
@@ -113,6 +113,51 @@ class _HealCounter:
         mod.SWAComponent._recover_from_incoming = counting
 
 
+class _CallCounter:
+    """Pass-through counts of the tree entry points the scheduler calls (per workload).
+
+    Why: the speed benchmark reports tree operations per second for SGLang and kvplan alike;
+    these are SGLang's own calls, counted where they happen."""
+
+    METHODS = {
+        "drive_swa_radix": (
+            "sglang.srt.mem_cache.unified_radix_cache",
+            "UnifiedRadixCache",
+            ("match_prefix", "insert", "lock", "unlock", "evict_for_alloc"),
+        ),
+        "drive_swa_radix_legacy": (
+            "sglang.srt.mem_cache.swa_radix_cache",
+            "SWARadixCache",
+            ("match_prefix", "insert", "inc_lock_ref", "dec_lock_ref", "evict"),
+        ),
+    }
+
+    def __init__(self) -> None:
+        self.counts: dict[str, int] = {}
+
+    def install(self, driver_name: str) -> None:
+        module_name, class_name, methods = self.METHODS[driver_name]
+        cls = getattr(importlib.import_module(module_name), class_name)
+        for name in methods:
+            self.counts[name] = 0
+            setattr(cls, name, self._wrap(name, getattr(cls, name)))
+
+    def _wrap(self, name: str, real: Any) -> Any:
+        counts = self.counts
+
+        def counting(*args: Any, **kwargs: Any) -> Any:
+            counts[name] += 1
+            return real(*args, **kwargs)
+
+        counting.__name__ = getattr(real, "__name__", name)
+        counting.__doc__ = getattr(real, "__doc__", None)
+        return counting
+
+    def reset(self) -> None:
+        for name in self.counts:
+            self.counts[name] = 0
+
+
 def main(argv: list[str]) -> int:
     """Serve workloads from stdin until EOF; see the module docstring for the protocol."""
     own, driver_flags = _parse_worker_args(argv)
@@ -129,6 +174,8 @@ def main(argv: list[str]) -> int:
 
     heals = _HealCounter()
     heals.install(own.driver)
+    calls = _CallCounter()
+    calls.install(own.driver)
     base_args = wl.parse_args(driver_flags)
     base_args.workload = None
 
@@ -153,6 +200,7 @@ def main(argv: list[str]) -> int:
             t_msg = time.perf_counter()
             msg_id: Any = None
             heals.count = 0
+            calls.reset()
             try:
                 msg = json.loads(line)
                 msg_id = msg.get("id")
@@ -182,6 +230,7 @@ def main(argv: list[str]) -> int:
                         ok=True,
                         result=result,
                         heals=heal_count,
+                        calls=dict(calls.counts),
                         wall_s=round(time.perf_counter() - t_msg, 4),
                     )
                 )
