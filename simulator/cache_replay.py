@@ -75,11 +75,22 @@ class ReplayResult:
     summary: dict = field(default_factory=dict)
 
 
+def _row_hash(rows: np.ndarray) -> np.ndarray:
+    """Two independent random linear hashes mod 2**64 per row (a universal family: with token
+    ids below 2**31 two distinct rows collide with probability below 2**-66)."""
+    gen = np.random.default_rng(0x5EED)  # fixed: ids must not depend on the run
+    mults = gen.integers(1, 2**63, size=(rows.shape[1], 2), dtype=np.uint64) | np.uint64(1)
+    x = np.ascontiguousarray(rows).view(np.uint64)
+    with np.errstate(over="ignore"):
+        return x @ mults
+
+
 def token_pages(seqs: Sequence[np.ndarray], page_size: int) -> list[np.ndarray]:
     """Page ids for raw token sequences: a page's id names its token content.
 
     The tree compares keys page by page from the root, so content ids along a path are
-    equivalent to comparing the tokens themselves.
+    equivalent to comparing the tokens themselves. Pages are identified by a 128-bit hash of
+    their tokens, numbered densely.
     """
     if page_size == 1:
         return [np.asarray(s, dtype=np.int64) for s in seqs]
@@ -92,8 +103,8 @@ def token_pages(seqs: Sequence[np.ndarray], page_size: int) -> list[np.ndarray]:
         counts.append(n)
     if not rows or sum(counts) == 0:
         return [np.empty(0, np.int64) for _ in seqs]
-    allrows = np.concatenate(rows)
-    _, ids = np.unique(allrows, axis=0, return_inverse=True)
+    hashes = np.ascontiguousarray(_row_hash(np.concatenate(rows)))
+    _, ids = np.unique(hashes.view(np.dtype((np.void, 16))).ravel(), return_inverse=True)
     ids = ids.reshape(-1).astype(np.int64)
     out, start = [], 0
     for n in counts:
