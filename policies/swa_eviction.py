@@ -144,3 +144,17 @@ class IntervalEviction(SWAEvictionPolicy):
         # due when seqlen + s - 1 - W >= cursor + interval, and decode_batch_idx + s >= 1
         k = req.swa_evicted_seqlen + self.interval + ctx.window + 1 - req.seqlen
         return max(0, k, 1 - req.decode_batch_idx)
+
+    def run_steps(self, req, ctx: DecodeContext, steps: int) -> list[tuple[int, int]]:
+        """The generic loop in closed form: jump from one trigger step to the next."""
+        events: list[tuple[int, int]] = []
+        w, p = ctx.window, ctx.page_size
+        seq0 = req.seqlen
+        s = max(0, 1 - req.decode_batch_idx)
+        while True:
+            s = max(s, req.swa_evicted_seqlen + self.interval + w + 1 - seq0)
+            if s >= steps:
+                return events
+            freed = free_out_of_window_0523(req, seq0 + s - 1, w, p, ctx.allocator, eviction_interval=1)
+            events.append((s, freed))
+            s += 1

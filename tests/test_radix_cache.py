@@ -245,3 +245,33 @@ def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
     assert slow.evictions["calls"] > 0
     assert fast.records == slow.records
     assert fast.tree_stats == slow.tree_stats
+
+
+@pytest.mark.parametrize("interval", [1, 7, 128])
+@pytest.mark.parametrize("page", [1, 16, 64])
+def test_interval_policy_closed_form_equals_generic_loop(interval, page):
+    from policies.swa_eviction import IntervalEviction, SWAEvictionPolicy
+
+    class Recording:
+        def free_swa_pages(self, n):
+            pass
+
+    rng = np.random.default_rng(interval * page)
+    for _ in range(50):
+        prompt = int(rng.integers(1, 3000))
+        cursor = int(rng.integers(0, prompt)) // page * page
+        reqs = []
+        outs = int(rng.integers(1, 50))
+        for _ in range(2):
+            r = ReqKV(rid="r", pages=np.zeros(0, np.int64), prompt_len=prompt, output_len=10**6)
+            r.num_outputs = outs
+            r.decode_batch_idx = outs - 1
+            r.cache_protected_len = min(cursor, prompt // page * page)
+            r.swa_evicted_seqlen = cursor
+            reqs.append(r)
+        pol = IntervalEviction(interval)
+        ctx = DecodeContext(W, page, Recording(), 0)
+        fast = pol.run_steps(reqs[0], ctx, 700)
+        slow = SWAEvictionPolicy.run_steps(pol, reqs[1], ctx, 700)
+        assert fast == slow
+        assert reqs[0].swa_evicted_seqlen == reqs[1].swa_evicted_seqlen

@@ -106,6 +106,13 @@ def latency_stats(values: np.ndarray) -> dict[str, float]:
     }
 
 
+def _steps_array(values: np.ndarray | int, k: int) -> np.ndarray:
+    """``values`` as an owned int64 array of length ``k`` (a scalar is repeated)."""
+    if isinstance(values, np.ndarray) and values.shape == (k,):
+        return values.astype(np.int64, copy=True)
+    return np.broadcast_to(np.asarray(values, dtype=np.int64), (k,)).copy()
+
+
 def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     """(the most common round among the batch's non-heartbeat requests, its share of them).
 
@@ -115,6 +122,9 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     rounds = [r.round for r in batch if not r.heartbeat]
     if not rounds:
         return -1, 0.0
+    first = rounds[0]
+    if all(x == first for x in rounds):  # the common case, without numpy's per-call cost
+        return first, 1.0
     counts = np.bincount(np.asarray(rounds, dtype=np.int64))
     top = int(counts.argmax())
     return top, float(counts[top]) / len(rounds)
@@ -222,8 +232,8 @@ class Recorder(ServerObserver):
         k = len(t)
         if k == 0:
             return
-        full = np.broadcast_to(np.asarray(full_used, dtype=np.int64), (k,)).copy()
-        swa = np.broadcast_to(np.asarray(swa_used, dtype=np.int64), (k,)).copy()
+        full = _steps_array(full_used, k)
+        swa = _steps_array(swa_used, k)
         running = len(batch)
         rnd, share = majority_round(batch)
         self._d_time.append(t)

@@ -11,6 +11,7 @@ forward (no overlap scheduling). Quiet decode steps are fast-forwarded arithmeti
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -34,6 +35,8 @@ LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many wai
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
+MAX_JUMP = 4096  # decode steps per fast-forward jump
+JUMP_STRETCH = 128  # step durations computed (and clock advanced) this many steps at a time
 
 
 class _DeferredFrees:
@@ -488,13 +491,17 @@ class ServerModel:
             yield self.env.timeout(t - self.env.now)
 
     def _finish(self, r: ServerReq) -> None:
-        self.cache.release(r)
         sim = r.sim
         sim.finish_s = self.env.now
         sim.cached_tokens = r.cached_tokens
         sim.retractions = r.extra.get("retractions", 0)
-        self.obs.on_finish(sim)
+        self._release_finished(r)
         r.done.succeed(sim)
+
+    def _release_finished(self, r: ServerReq) -> None:
+        """``release_kv_cache(checkpoint=True)`` and the observer's finish record."""
+        self.cache.release(r)
+        self.obs.on_finish(r.sim)
 
     # ------------------------------------------------------------------ decode
     def _retract(self) -> None:
@@ -536,21 +543,27 @@ class ServerModel:
         """Upcoming decode steps that need no scheduling decision and cannot retract.
 
         Within them counters advance, pages are allocated at page boundaries, the SWA-eviction
-        policy frees at its trigger steps and the tree evicts when a pool runs short, all
-        replayed in step order after the jump. The span ends with the first finish (included),
-        before a request reaches the window (its SWA context stops growing there) and while
-        free plus evictable pages cover every step's allocation with a batch of headroom.
+        policy frees at its trigger steps, the tree evicts when a pool runs short, and requests
+        finish and are released, all replayed in step order after the jump. The span ends when
+        the batch empties, before a request still running reaches the window (its SWA context
+        stops growing there), and while free plus evictable pages cover every step's allocation
+        with a batch of headroom.
         """
         if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
             return 0
         batch = self.running
         bs = len(batch)
         p = self.page_size
-        k = min(r.output_len - r.num_outputs for r in batch)
+        k = 0
+        for r in batch:
+            rem = r.output_len - r.num_outputs
+            k = max(k, rem)
         for r in batch:
             seq = r.kv_allocated_len + 1
             if seq < self.window:
-                k = min(k, self.window - seq)
+                cross = self.window - seq
+                if cross < r.output_len - r.num_outputs:  # still running when it reaches the window
+                    k = min(k, cross)
         if k <= 1:
             return 0
         tree = self.cache.tree
@@ -568,7 +581,7 @@ class ServerModel:
         return max(0, k)
 
     def _run_decode(self):
-        k = self._quiet_steps()
+        k = min(self._quiet_steps(), MAX_JUMP)
         if k > 1:
             yield from self._fast_forward(k)
             return
@@ -617,55 +630,109 @@ class ServerModel:
         self._check()
 
     def _fast_forward(self, k: int):
-        """Run ``k`` quiet decode steps at once, stopping early if a request arrives."""
-        batch = self.running
-        bs = len(batch)
+        """Run ``k`` quiet decode steps at once, stopping early if a request arrives.
+
+        The batch may shrink inside the jump: a request that produces its last token at step f
+        leaves after f. Clients learn of each finish at its exact time (a timeout scheduled before
+        the jump); the cache-side release is replayed in step order after the clock has moved.
+        """
+        batch = list(self.running)
         w = self.window
+        now = self.env.now
         seqs = [r.kv_allocated_len for r in batch]
-        full0 = sum(seqs) + bs  # the first step attends over its new token too
-        swa0 = sum(min(x + 1, w) for x in seqs)
-        swa_growth = sum(1 for x in seqs if x + 1 < w)
-        durs = self.cost.decode_times(bs, full0, swa0, k, bs, swa_growth)
-        ends = self.env.now + np.cumsum(durs)
+        last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
+        cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
+        segments: list[tuple[int, int, list[int]]] = []  # (first step, end step, member indices)
+        a = 0
+        for b in cuts:
+            segments.append((a, b, [i for i, f in enumerate(last) if f >= a]))
+            a = b
+        # Step durations are computed a stretch at a time while the clock runs: an arrival
+        # usually cuts the jump short, and durations past it would be wasted work.
+        ends_parts: list[np.ndarray] = []
+        t = now
+        m = k
+        finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
+        cancelled: set[int] = set()  # requests whose last step this jump does not reach
         self._in_jump = True
         try:
-            yield self.env.timeout(float(ends[-1]) - self.env.now)
-            m = k
+            for a, b, members in segments:
+                ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
+                for c0 in range(a, b, JUMP_STRETCH):
+                    c1 = min(b, c0 + JUMP_STRETCH)
+                    shift = c0 - a
+                    durs = self.cost.decode_times(
+                        len(members),
+                        sum(ctx) + shift * len(members),
+                        sum(min(x + shift, w) for x in ctx),
+                        c1 - c0,
+                        len(members),
+                        sum(1 for x in ctx if x + shift < w),
+                    )
+                    part = t + np.cumsum(durs)
+                    ends_parts.append(part)
+                    for i in finishing:  # clients learn of a finish at its exact time
+                        if c0 <= last[i] < c1:
+                            ev = self.env.timeout(float(part[last[i] - c0]) - self.env.now)
+                            ev.callbacks.append(
+                                functools.partial(
+                                    self._notify_finish, batch[i], cancelled, float(part[last[i] - c0])
+                                )
+                            )
+                    t = float(part[-1])
+                    yield self.env.timeout(t - self.env.now)
         except simpy.Interrupt:
             # a request arrived: the step in flight completes before the scheduler sees it
             self._in_jump = False
-            done = int(np.searchsorted(ends, self.env.now, side="right"))
-            m = min(k, done + 1)
-            remaining = float(ends[m - 1]) - self.env.now
+            ends_so_far = np.concatenate(ends_parts)
+            done = int(np.searchsorted(ends_so_far, self.env.now, side="right"))
+            m = min(len(ends_so_far), done + 1)
+            cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
+            remaining = float(ends_so_far[m - 1]) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
         finally:
             self._in_jump = False
-        seqs0 = np.array(seqs, dtype=np.int64)
-        used_full, used_swa = self._replay_quiet_steps(batch, seqs0, m)
-        for r in batch:
-            r.kv_allocated_len += m
-            r.decode_batch_idx += m
-            r.num_outputs += m
-        self.forward_ct += m
+        ends = np.concatenate(ends_parts) if len(ends_parts) > 1 else ends_parts[0]
+        forward0 = self.forward_ct
+        for a, b, members in segments:
+            if a >= m:
+                break
+            b = min(b, m)
+            reqs = [batch[i] for i in members]
+            used_full, used_swa = self._replay_quiet_steps(
+                reqs, [seqs[i] + a for i in members], b - a, forward0 + a
+            )
+            for r in reqs:
+                r.kv_allocated_len += b - a
+                r.decode_batch_idx += b - a
+                r.num_outputs += b - a
+            self.obs.on_decode_steps(
+                ends[a:b].copy(), [r.sim for r in reqs], used_full, used_swa, len(self.waiting)
+            )
+            done_now = [r for r in reqs if r.num_outputs >= r.output_len]
+            if done_now:
+                self.allocator.free_group_begin()
+                for r in done_now:
+                    self._release_finished(r)
+                self.allocator.free_group_end()
+        self.forward_ct = forward0 + m
         self.decode_steps += m
         self.ratio.on_decode_steps(m)
-        self.obs.on_decode_steps(
-            ends[:m].copy(), [r.sim for r in batch], used_full, used_swa, len(self.waiting)
-        )
-        if any(r.num_outputs >= r.output_len for r in batch):
-            self.allocator.free_group_begin()
-            still = []
-            for r in batch:
-                if r.num_outputs >= r.output_len:
-                    self._finish(r)
-                else:
-                    still.append(r)
-            self.allocator.free_group_end()
-            self.running = still
+        self.running = [r for r in batch if r.num_outputs < r.output_len]
         self._check()
 
-    def _replay_quiet_steps(self, batch: list[ServerReq], seqs0: np.ndarray, m: int):
+    def _notify_finish(self, r: ServerReq, cancelled: set[int], t: float, _event=None) -> None:
+        """A finish inside a jump, delivered to its client at its exact time."""
+        if id(r) in cancelled:
+            return  # the jump was cut before this request's last step
+        sim = r.sim
+        sim.finish_s = t
+        sim.cached_tokens = r.cached_tokens
+        sim.retractions = r.extra.get("retractions", 0)
+        r.done.succeed(sim)
+
+    def _replay_quiet_steps(self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int):
         """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
 
         Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
@@ -677,24 +744,34 @@ class ServerModel:
         p = self.page_size
         a = self.allocator
         opens = np.zeros(m, dtype=np.int64)
-        for f in ((-seqs0) % p).tolist():
+        total = 0
+        for x in seqs0:
+            f = (-x) % p  # the first step at which this request opens a page
             if f < m:
                 opens[f::p] += 1
+                total += (m - 1 - f) // p + 1
         # SWA-eviction events, computed without touching the allocator, applied in order below
-        ctx = DecodeContext(self.window, p, _DeferredFrees(), self.forward_ct)
-        frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
-        for r in batch:
-            for step, freed in self.swa_policy.run_steps(r, ctx, m):
-                frees[step] += freed // p
-        self.swa_freed_by_decode += int(frees.sum()) * p
+        ctx = DecodeContext(self.window, p, _DeferredFrees(), forward_ct)
+        events = [ev for r in batch for ev in self.swa_policy.run_steps(r, ctx, m)]
+        frees_total = sum(freed for _, freed in events) // p
+        self.swa_freed_by_decode += frees_total * p
         full_used0, swa_used0 = self._used()
-        pages_through = np.cumsum(opens)
-        total = int(pages_through[-1])
-        s = 0
+        pages_through = opens.cumsum()
         if min(a.full_free, a.swa_free) - total >= bs:
             # free pages never drop below a batch's worth: no step evicts (the common case)
-            a.alloc_pages_and_free_swa(total, int(frees.sum()))
-            s = m
+            a.alloc_pages_and_free_swa(total, frees_total)
+            used_full = pages_through * p
+            used_full += full_used0
+            if not frees_total:
+                return used_full, used_full + (swa_used0 - full_used0)
+            frees = np.zeros(m, dtype=np.int64)
+            for step, freed in events:
+                frees[step] += freed // p
+            return used_full, used_full + (swa_used0 - full_used0) - frees.cumsum() * p
+        frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
+        for step, freed in events:
+            frees[step] += freed // p
+        s = 0
         while s < m:
             # free pages before each later step's allocation, if no eviction happened
             cons_before = pages_through[s:] - opens[s:] - (pages_through[s - 1] if s else 0)
