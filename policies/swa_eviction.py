@@ -87,9 +87,7 @@ class WindowEviction(SWAEvictionPolicy):
     def on_decode(self, req, ctx: DecodeContext) -> int:
         if req.decode_batch_idx % ctx.window != 1:
             return 0
-        return free_out_of_window_legacy(
-            req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator
-        )
+        return free_out_of_window_legacy(req, req.seqlen - 1, ctx.window, ctx.page_size, ctx.allocator)
 
     def quiet_steps(self, req, ctx: DecodeContext) -> int:
         return (1 - req.decode_batch_idx) % ctx.window
