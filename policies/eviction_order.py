@@ -6,12 +6,14 @@ min-heap in ``FullComponent._evict_device_start``. Keys are computed from node f
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+
 from policies.registry import Registry
 
 EVICTION_ORDERS: Registry = Registry("eviction order")
 
 
-class EvictionOrder:
+class EvictionOrder(ABC):
     """Protocol: ``priority(node, tree) -> sortable``; smaller means evicted earlier.
 
     ``monotone`` declares that a node's key never decreases over time (it only depends on
@@ -22,10 +24,11 @@ class EvictionOrder:
     name = "base"
     monotone = False
 
-    def priority(self, node, tree) -> float | tuple:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def priority(self, node, tree) -> float | tuple:
+        """The sort key of a D-leaf; the smallest is evicted first."""
 
-    def on_evicted(self, key) -> None:
+    def on_evicted(self, key) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Told the key of each FULL victim (stateful orders such as GreedyDual age with it)."""
 
 

@@ -6,6 +6,7 @@ SGLang runs this in ``ScheduleBatch.maybe_evict_swa`` before every decode alloca
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from policies.registry import Registry
@@ -26,13 +27,14 @@ class DecodeContext:
     forward_iter: int
 
 
-class SWAEvictionPolicy:
+class SWAEvictionPolicy(ABC):
     """Protocol: ``on_decode(req, ctx) -> SWA tokens freed``; called before the step's alloc."""
 
     name = "base"
 
-    def on_decode(self, req, ctx: DecodeContext) -> int:  # pragma: no cover - interface
-        raise NotImplementedError
+    @abstractmethod
+    def on_decode(self, req, ctx: DecodeContext) -> int:
+        """Free the request's out-of-window SWA if the policy triggers at this step."""
 
     def quiet_steps(self, req, ctx: DecodeContext) -> int:
         """How many upcoming decode steps (this one first) certainly do not trigger.

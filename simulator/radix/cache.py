@@ -7,6 +7,7 @@ Paths are relative to ``python/sglang/srt/``.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from simulator.errors import KvplanError
@@ -44,7 +45,7 @@ class EvictionLog:
     swa_evicted: int = 0
 
 
-class SWARadixCache:
+class SWARadixCache(ABC):
     """Shared controller logic; subclasses bind a tree generation."""
 
     tree: UnifiedSWARadixTree | LegacySWARadixTree
@@ -69,8 +70,9 @@ class SWARadixCache:
         )
 
     # ------------------------------------------------------------ eviction
-    def _evict(self, full_shortfall: int, swa_shortfall: int):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @abstractmethod
+    def _evict(self, full_shortfall: int, swa_shortfall: int):
+        """Run the tree generation's eviction for these shortfalls (tokens)."""
 
     def evict_to_free_tokens(self, num_tokens: int) -> None:
         """``SWATokenToKVPoolAllocator.evict_to_free_tokens`` / 0.5.15 ``evict_from_tree_cache``."""
