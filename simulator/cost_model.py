@@ -766,6 +766,38 @@ class CostModel:
             raise ValueError(f"context tokens must be >= 0, got {full_ctx_tokens}, {swa_ctx_tokens}")
         return float(self._sum(self._decode_parts(bs, float(full_ctx_tokens), float(swa_ctx_tokens))))
 
+    def decode_terms(self, bs: int) -> tuple[float, float, float, float, float, float, float]:
+        """A decode step of ``bs`` requests as ``base + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))``.
+
+        Returns ``(dense+moe, fa, fb, sa, sb, allreduce, overhead)``, where ``x`` / ``y`` are the
+        FULL / SWA context sums, so a simulator can price many steps with a few array operations
+        (:meth:`decode_durations`). Same roofline as :meth:`decode_time` up to float rounding.
+        """
+        n = float(bs)
+        dense, moe = self._linear_parts(n, n)
+        allreduce, overhead = self._fixed_parts(n, n, "decode")
+        r = self._r
+        return (
+            dense + moe,
+            r.full_flops_per_pair / r.attn_flops_rate,
+            r.full_kv_bytes / r.kv_bw,
+            r.swa_flops_per_pair / r.attn_flops_rate,
+            r.swa_kv_bytes / r.kv_bw,
+            allreduce,
+            overhead,
+        )
+
+    @staticmethod
+    def decode_durations(
+        terms: np.ndarray, bs: np.ndarray, full_ctx: np.ndarray, swa_ctx: np.ndarray
+    ) -> np.ndarray:
+        """Seconds of decode steps given per-step :meth:`decode_terms` rows (shape (k, 7)),
+        batch sizes and FULL / SWA context sums."""
+        base, fa, fb, sa, sb, allreduce, overhead = terms.T
+        attn_full = np.maximum(full_ctx * fa, (full_ctx + bs) * fb)
+        attn_swa = np.maximum(swa_ctx * sa, (swa_ctx + bs) * sb)
+        return (((base + attn_full) + attn_swa) + allreduce) + overhead
+
     def decode_times(
         self, bs: int, full_ctx0: int, swa_ctx0: int, k: int, full_growth: int, swa_growth: int
     ) -> np.ndarray:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import simpy
 
+from simulator.cost_model import CostModel
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel, ServerPools
@@ -23,6 +24,11 @@ class LinearCost:
     def decode_times(self, bs, full0, swa0, k, full_growth, swa_growth):
         i = np.arange(k, dtype=np.int64)
         return np.array([self.decode_time(bs, full0 + full_growth * j, swa0 + swa_growth * j) for j in i])
+
+    def decode_terms(self, bs):
+        return (2e-3, 1e-7, 0.0, 1e-6, 0.0, 0.0, 0.0)
+
+    decode_durations = staticmethod(CostModel.decode_durations)
 
 
 def _pages(tokens: list[int], page: int) -> np.ndarray:
@@ -130,3 +136,37 @@ def test_retraction_under_decode_pressure():
     assert all(r.finish_s == r.finish_s for r in reqs)
     retracted = [r for r in reqs if r.retractions]
     assert retracted and all(not r.aborted for r in retracted)
+
+
+@pytest.mark.parametrize("swa", ["interval", "none"])
+def test_fast_forward_is_exact_on_the_bundled_trace(swa):
+    """Jumps (past finishes, arrivals, chunk trains) reproduce a one-step-at-a-time run exactly."""
+    from pathlib import Path
+
+    from simulator.engine.metrics import Recorder
+    from simulator.engine.simulate import simulate
+    from traces import load_trace
+
+    trace = load_trace(
+        Path(__file__).resolve().parents[1] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
+    )
+    frames, counters = [], []
+    for ff in (True, False):
+        cfg = SimConfig(
+            model="gpt-oss-120b", gpu="H200", tp=2, page_size=64, swa_eviction=swa, fast_forward=ff
+        )
+        rec = Recorder.from_config(cfg)
+        server = simulate(trace, cfg, rec)
+        frames.append(rec.frames())
+        counters.append(server.counters())
+    for name in ("requests", "decode_steps", "prefill_batches"):
+        a, b = frames[0][name], frames[1][name]
+        assert len(a) == len(b), name
+        for col in a.columns:
+            if a[col].dtype.kind in "fi":
+                np.testing.assert_allclose(
+                    a[col].to_numpy(float), b[col].to_numpy(float), atol=1e-9, err_msg=col
+                )
+    for key in ("tree", "evictions", "decode_steps", "swa_tokens_freed_by_decode_eviction", "retractions"):
+        assert counters[0][key] == counters[1][key], key
+    assert counters[0]["evictions"]["calls"] > 0

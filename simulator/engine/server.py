@@ -11,6 +11,7 @@ forward (no overlap scheduling). Quiet decode steps are fast-forwarded arithmeti
 
 from __future__ import annotations
 
+import bisect
 import functools
 import math
 from dataclasses import dataclass, field
@@ -35,8 +36,7 @@ LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many wai
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
-MAX_JUMP = 4096  # decode steps per fast-forward jump
-JUMP_STRETCH = 128  # step durations computed (and clock advanced) this many steps at a time
+MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
 
 
 class _DeferredFrees:
@@ -136,6 +136,7 @@ class ServerModel:
         self.aborts = 0
         self._wakeup: simpy.Event | None = None
         self._in_jump = False  # the loop is inside a fast-forwarded decode span
+        self._terms_cache: dict[int, tuple] = {}
         self.obs.on_start(
             PoolCapacity(self.allocator.full_capacity, self.allocator.swa_capacity),
             dict(
@@ -343,48 +344,44 @@ class ServerModel:
             max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
             extend = req.fill_len - req.prefix_len
             total_tokens = extend + max_new + p
-            probe = tree.lock(req.last_node)  # PrefillAdder._lock_node
-            try:
-                ok = total_tokens < remaining_total()
-                chunk_limit = rem_chunk
-                if ok:
-                    ext_paged = -(-extend // p) * p
-                    needed = self._swa_tokens(ext_paged, max_new, chunk_limit)
-                    if needed >= remaining_swa():
-                        ok = False
-                        if needed >= a.swa_capacity and chunk_limit is not None:
-                            # _chunk_cap: a smaller chunk bounds the transient SWA footprint
-                            headroom = self._swa_tokens(0, max_new, None)
-                            cap = max(0, int(remaining_swa()) - headroom) // p * p
-                            if cap > 0:
-                                ok, chunk_limit = True, min(chunk_limit, cap)
-                if not ok:
-                    if can_run or self.running:
-                        break  # NO_TOKEN: the batch is full for now
+            # PrefillAdder._lock_node: the check runs with the matched prefix locked, so the
+            # request's own prefix does not count as evictable room for it
+            probe_full, probe_swa = tree.lock_footprint(req.last_node)
+            ok = total_tokens < remaining_total() - probe_full
+            chunk_limit = rem_chunk
+            if ok:
+                ext_paged = -(-extend // p) * p
+                needed = self._swa_tokens(ext_paged, max_new, chunk_limit)
+                if needed >= remaining_swa() - probe_swa:
+                    ok = False
+                    if needed >= a.swa_capacity and chunk_limit is not None:
+                        # _chunk_cap: a smaller chunk bounds the transient SWA footprint
+                        headroom = self._swa_tokens(0, max_new, None)
+                        cap = max(0, int(remaining_swa() - probe_swa) - headroom) // p * p
+                        if cap > 0:
+                            ok, chunk_limit = True, min(chunk_limit, cap)
+            if not ok:
+                break  # NO_TOKEN: wait until memory frees up
+            if chunk_limit is None and can_run and -(-extend // p) * p >= rem_input:
+                break
+            is_chunked = False
+            adm_new = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
+            if chunk_limit is not None and -(-extend // p) * p > chunk_limit:
+                ext = chunk_limit // p * p
+                end = (req.prefix_len + ext) // p * p
+                extend = end - req.prefix_len
+                if extend <= 0:
                     break
-                if chunk_limit is None and can_run and -(-extend // p) * p >= rem_input:
-                    break
-                is_chunked = False
-                adm_new = min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS)
-                if chunk_limit is not None and -(-extend // p) * p > chunk_limit:
-                    ext = chunk_limit // p * p
-                    end = (req.prefix_len + ext) // p * p
-                    extend = end - req.prefix_len
-                    if extend <= 0:
-                        break
-                    is_chunked = True
-                    adm_new = 0
-                # _commit_prefill_admission
-                req.extend_end = req.prefix_len + extend
-                req.lock = tree.lock(req.last_node)
-                can_run.append(req)
-                admitted_from_queue.append(req)
-                reserve(extend, adm_new)
-                if is_chunked:
-                    self.chunked = req
-            finally:
-                tree.unlock(probe)
+                is_chunked = True
+                adm_new = 0
+            # _commit_prefill_admission
+            req.extend_end = req.prefix_len + extend
+            req.lock = tree.lock(req.last_node)
+            can_run.append(req)
+            admitted_from_queue.append(req)
+            reserve(extend, adm_new)
             if is_chunked:
+                self.chunked = req
                 break
         for req in admitted_from_queue:
             self.waiting.remove(req)
@@ -453,6 +450,7 @@ class ServerModel:
         batch waiting requests with it.
         """
         t = self.env.now
+        records: list[tuple] = []
         while True:
             t0 = t
             cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
@@ -467,17 +465,7 @@ class ServerModel:
             dur = self.cost.prefill_time(np.array([ext]), np.array([req.prefix_len]))
             full_used, swa_used = self._used()
             t = t0 + dur
-            self.obs.on_prefill_batch(
-                t0,
-                t,
-                [req.sim],
-                ext,
-                cached_before,
-                full_used,
-                swa_used,
-                len(self.running),
-                len(self.waiting),
-            )
+            records.append((t0, t, ext, cached_before, full_used, swa_used))
             self.allocator.free_group_begin()
             self.cache.checkpoint(req, req.extend_end, finished=False)  # stash_chunked_request
             req.prefix_len = req.extend_end
@@ -487,8 +475,16 @@ class ServerModel:
             if new_len <= 0 or not truncated:
                 break
             req.extend_end = req.prefix_len + new_len
+        queued0 = len(self.waiting)
         if t > self.env.now:
             yield self.env.timeout(t - self.env.now)
+        # the batch records, with the queue each chunk's end saw (arrivals wait out the train)
+        arrivals = sorted(r.sim.arrival_s for r in self.waiting[queued0:])
+        for t0, t1, ext, cached, full_used, swa_used in records:
+            queue = queued0 + bisect.bisect_right(arrivals, t1)
+            self.obs.on_prefill_batch(
+                t0, t1, [req.sim], ext, cached, full_used, swa_used, len(self.running), queue
+            )
 
     def _finish(self, r: ServerReq) -> None:
         sim = r.sim
@@ -647,53 +643,52 @@ class ServerModel:
         for b in cuts:
             segments.append((a, b, [i for i, f in enumerate(last) if f >= a]))
             a = b
-        # Step durations are computed a stretch at a time while the clock runs: an arrival
-        # usually cuts the jump short, and durations past it would be wasted work.
-        ends_parts: list[np.ndarray] = []
-        t = now
+        # per-step batch size and FULL / SWA context sums, priced in one vectorised pass
+        nseg = len(segments)
+        lens = np.array([b - a for a, b, _ in segments], dtype=np.int64)
+        seg = np.repeat(np.arange(nseg), lens) if nseg > 1 else np.zeros(k, dtype=np.int64)
+        bs_s = np.empty(nseg)
+        x0 = np.empty(nseg)
+        gx = np.empty(nseg)
+        y0 = np.empty(nseg)
+        gy = np.empty(nseg)
+        start = np.empty(nseg)
+        terms = np.empty((nseg, 7))
+        for j, (a, _b, members) in enumerate(segments):
+            ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
+            bs_s[j] = len(members)
+            x0[j] = sum(ctx)
+            gx[j] = len(members)
+            y0[j] = sum(min(x, w) for x in ctx)
+            gy[j] = sum(1 for x in ctx if x < w)
+            start[j] = a
+            terms[j] = self._decode_terms(len(members))
+        off = np.arange(k) - start[seg]
+        durs = self.cost.decode_durations(
+            terms[seg], bs_s[seg], x0[seg] + gx[seg] * off, y0[seg] + gy[seg] * off
+        )
+        ends = now + np.cumsum(durs)
         m = k
         finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
         cancelled: set[int] = set()  # requests whose last step this jump does not reach
+        for i in finishing:  # clients learn of a finish at its exact time
+            t_fin = float(ends[last[i]])
+            ev = self.env.timeout(t_fin - now)
+            ev.callbacks.append(functools.partial(self._notify_finish, batch[i], cancelled, t_fin))
         self._in_jump = True
         try:
-            for a, b, members in segments:
-                ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
-                for c0 in range(a, b, JUMP_STRETCH):
-                    c1 = min(b, c0 + JUMP_STRETCH)
-                    shift = c0 - a
-                    durs = self.cost.decode_times(
-                        len(members),
-                        sum(ctx) + shift * len(members),
-                        sum(min(x + shift, w) for x in ctx),
-                        c1 - c0,
-                        len(members),
-                        sum(1 for x in ctx if x + shift < w),
-                    )
-                    part = t + np.cumsum(durs)
-                    ends_parts.append(part)
-                    for i in finishing:  # clients learn of a finish at its exact time
-                        if c0 <= last[i] < c1:
-                            ev = self.env.timeout(float(part[last[i] - c0]) - self.env.now)
-                            ev.callbacks.append(
-                                functools.partial(
-                                    self._notify_finish, batch[i], cancelled, float(part[last[i] - c0])
-                                )
-                            )
-                    t = float(part[-1])
-                    yield self.env.timeout(t - self.env.now)
+            yield self.env.timeout(float(ends[-1]) - now)
         except simpy.Interrupt:
             # a request arrived: the step in flight completes before the scheduler sees it
             self._in_jump = False
-            ends_so_far = np.concatenate(ends_parts)
-            done = int(np.searchsorted(ends_so_far, self.env.now, side="right"))
-            m = min(len(ends_so_far), done + 1)
+            done = int(np.searchsorted(ends, self.env.now, side="right"))
+            m = min(k, done + 1)
             cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
-            remaining = float(ends_so_far[m - 1]) - self.env.now
+            remaining = float(ends[m - 1]) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
         finally:
             self._in_jump = False
-        ends = np.concatenate(ends_parts) if len(ends_parts) > 1 else ends_parts[0]
         forward0 = self.forward_ct
         for a, b, members in segments:
             if a >= m:
@@ -707,9 +702,16 @@ class ServerModel:
                 r.kv_allocated_len += b - a
                 r.decode_batch_idx += b - a
                 r.num_outputs += b - a
-            self.obs.on_decode_steps(
-                ends[a:b].copy(), [r.sim for r in reqs], used_full, used_swa, len(self.waiting)
-            )
+            sims = [r.sim for r in reqs]
+            if b == m and self.waiting:
+                # requests arrived during the last step: the steps before it saw an empty queue
+                if b - a > 1:
+                    self.obs.on_decode_steps(ends[a : b - 1].copy(), sims, used_full[:-1], used_swa[:-1], 0)
+                self.obs.on_decode_steps(
+                    ends[b - 1 : b].copy(), sims, used_full[-1:], used_swa[-1:], len(self.waiting)
+                )
+            else:
+                self.obs.on_decode_steps(ends[a:b].copy(), sims, used_full, used_swa, 0)
             done_now = [r for r in reqs if r.num_outputs >= r.output_len]
             if done_now:
                 self.allocator.free_group_begin()
@@ -721,6 +723,12 @@ class ServerModel:
         self.ratio.on_decode_steps(m)
         self.running = [r for r in batch if r.num_outputs < r.output_len]
         self._check()
+
+    def _decode_terms(self, bs: int) -> tuple:
+        terms = self._terms_cache.get(bs)
+        if terms is None:
+            terms = self._terms_cache[bs] = self.cost.decode_terms(bs)
+        return terms
 
     def _notify_finish(self, r: ServerReq, cancelled: set[int], t: float, _event=None) -> None:
         """A finish inside a jump, delivered to its client at its exact time."""

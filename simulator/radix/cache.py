@@ -246,8 +246,12 @@ class UnifiedSWACache(SWARadixCache):
     def _free_out_of_window(self, req: ReqKV, pre_len: int) -> None:
         free_out_of_window_0523(req, pre_len, self.window, self.page_size, self.allocator, 1)
 
-    def checkpoint(self, req: ReqKV, up_to: int, finished: bool) -> None:
-        """``UnifiedRadixCache.checkpoint_into_tree``: insert, re-point the row, move the lock."""
+    def checkpoint(self, req: ReqKV, up_to: int, finished: bool, relock: bool = True) -> None:
+        """``UnifiedRadixCache.checkpoint_into_tree``: insert, re-point the row, move the lock.
+
+        ``relock=False`` (used by ``release``) drops the old lock without taking the new one
+        that release would drop again at once: a lock/unlock pair changes no counter or set.
+        """
         p = self.page_size
         effective = up_to
         branching = None
@@ -271,7 +275,7 @@ class UnifiedSWACache(SWARadixCache):
         )
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         self.tree.unlock(req.lock)
-        req.lock = self.tree.lock(target)
+        req.lock = self.tree.lock(target) if relock else None
         req.cache_protected_len = aligned
         req.last_node = target
         # SWAComponent.cleanup_after_caching_req
@@ -283,7 +287,7 @@ class UnifiedSWACache(SWARadixCache):
     def release(self, req: ReqKV) -> None:
         """``common.py:release_kv_cache(checkpoint=True)`` for a finished request."""
         owned = req.kv_allocated_len
-        self.checkpoint(req, owned, finished=True)
+        self.checkpoint(req, owned, finished=True, relock=False)
         self._free_row_range(req, req.cache_protected_len, owned)
         self.tree.unlock(req.lock)
         req.lock = None

@@ -196,6 +196,29 @@ class LegacySWARadixTree:
             node = node.parent
         return LockReceipt(anchor, uuid)
 
+    def lock_footprint(self, node: TreeNode) -> tuple[int, int]:
+        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect, without locking.
+
+        PrefillAdder checks a request's budget under a temporary lock of its matched prefix;
+        evictable minus this footprint is exactly what that check sees.
+        """
+        root = self.root
+        full = 0
+        cur = node
+        while cur is not root:
+            if cur.full_lock == 0:
+                full += cur.length
+            cur = cur.parent
+        swa = 0
+        covered = 0
+        cur = node
+        while cur is not root and covered < self.window:
+            if cur.swa_lock == 0 and cur.swa:
+                swa += cur.length
+            covered += cur.length
+            cur = cur.parent
+        return full, swa
+
     def unlock(self, receipt: LockReceipt | None) -> None:
         """``SWARadixCache.dec_lock_ref``."""
         if receipt is None:
