@@ -643,30 +643,38 @@ class ServerModel:
         for b in cuts:
             segments.append((a, b, [i for i, f in enumerate(last) if f >= a]))
             a = b
-        # per-step batch size and FULL / SWA context sums, priced in one vectorised pass
+        # per-step batch size and FULL / SWA context sums, priced in one vectorised pass:
+        # a step costs C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
         nseg = len(segments)
-        lens = np.array([b - a for a, b, _ in segments], dtype=np.int64)
-        seg = np.repeat(np.arange(nseg), lens) if nseg > 1 else np.zeros(k, dtype=np.int64)
-        bs_s = np.empty(nseg)
-        x0 = np.empty(nseg)
-        gx = np.empty(nseg)
-        y0 = np.empty(nseg)
-        gy = np.empty(nseg)
-        start = np.empty(nseg)
-        terms = np.empty((nseg, 7))
-        for j, (a, _b, members) in enumerate(segments):
+        cs, ns, xs, ys, gys = [], [], [], [], []
+        for a, _b, members in segments:
             ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
-            bs_s[j] = len(members)
-            x0[j] = sum(ctx)
-            gx[j] = len(members)
-            y0[j] = sum(min(x, w) for x in ctx)
-            gy[j] = sum(1 for x in ctx if x < w)
-            start[j] = a
-            terms[j] = self._decode_terms(len(members))
-        off = np.arange(k) - start[seg]
-        durs = self.cost.decode_durations(
-            terms[seg], bs_s[seg], x0[seg] + gx[seg] * off, y0[seg] + gy[seg] * off
-        )
+            base, fa, fb, sa, sb, allreduce, overhead = self._decode_terms(len(members))
+            cs.append(base + allreduce + overhead)
+            ns.append(len(members))
+            xs.append(sum(ctx))
+            ys.append(sum(min(x, w) for x in ctx))
+            gys.append(sum(1 for x in ctx if x < w))
+        if nseg == 1:
+            off = np.arange(k, dtype=np.float64)
+            n = float(ns[0])
+            x = xs[0] + n * off
+            y = ys[0] + gys[0] * off
+            durs = np.maximum(x * fa, (x + n) * fb)
+            durs += np.maximum(y * sa, (y + n) * sb)
+            durs += cs[0]
+        else:
+            lens = [b - a for a, b, _ in segments]
+            seg = np.repeat(np.arange(nseg), lens)
+            off = np.arange(k, dtype=np.float64) - np.repeat(
+                np.array([a for a, _, _ in segments], float), lens
+            )
+            n = np.array(ns, dtype=np.float64)[seg]
+            x = np.array(xs, dtype=np.float64)[seg] + n * off
+            y = np.array(ys, dtype=np.float64)[seg] + np.array(gys, dtype=np.float64)[seg] * off
+            durs = np.maximum(x * fa, (x + n) * fb)
+            durs += np.maximum(y * sa, (y + n) * sb)
+            durs += np.array(cs)[seg]
         ends = now + np.cumsum(durs)
         m = k
         finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
