@@ -170,3 +170,33 @@ def test_fast_forward_is_exact_on_the_bundled_trace(swa):
     for key in ("tree", "evictions", "decode_steps", "swa_tokens_freed_by_decode_eviction", "retractions"):
         assert counters[0][key] == counters[1][key], key
     assert counters[0]["evictions"]["calls"] > 0
+
+
+@pytest.mark.parametrize("pools", POOLS, ids=["page64", "page1"])
+@pytest.mark.parametrize("tombstone,swa", [("unified", "interval"), ("legacy", "none")])
+def test_overlap_schedule_processes_results_one_step_late(pools, tombstone, swa):
+    base = dict(tombstone=tombstone, swa_eviction=swa, check_invariants=True)
+    plain_srv, plain = _run(SimConfig(**base), pools, max_out=1500)
+    over_srv, over = _run(SimConfig(**base, disable_overlap_schedule=False), pools, max_out=1500)
+    assert all(r.finish_s == r.finish_s for r in over)  # every request finished
+    assert [r.rid for r in plain] == [r.rid for r in over]
+    # a request finishing in step N is still decoded in the already launched step N+1
+    assert over_srv.overlap_extra_slots > 0 and plain_srv.overlap_extra_slots == 0
+    assert over_srv.idle
+
+
+def test_overlap_schedule_retracts_under_pressure():
+    pools = ServerPools(
+        page_size=16,
+        full_tokens=9_000,
+        swa_tokens=4_000,
+        window=64,
+        max_running_requests=32,
+        chunked_prefill_size=512,
+    )
+    cfg = SimConfig(
+        check_invariants=True, swa_eviction="none", tombstone="legacy", disable_overlap_schedule=False
+    )
+    srv, reqs = _run(cfg, pools, sessions=10, turns=2, seed=5)
+    assert srv.retractions > 0
+    assert all(r.finish_s == r.finish_s for r in reqs)

@@ -76,7 +76,10 @@ OverlapOpt = Annotated[
     bool,
     typer.Option(
         "--disable-overlap-schedule/--enable-overlap-schedule",
-        help="SGLang --disable-overlap-schedule; kvplan models the non-overlapped scheduler only",
+        help=(
+            "SGLang's scheduler without (default here) or with overlap: with it, results are "
+            "processed one step late (SGLang's own default; runs without decode fast-forward)"
+        ),
     ),
 ]
 SwaEvictOpt = Annotated[

@@ -25,6 +25,9 @@ class SimConfig:
     schedule_conservativeness: float = 1.0
     disable_radix_cache: bool = False
     radix_eviction_policy: str = "lru"
+    # SGLang's default is the overlapped scheduler; kvplan's is the plain one, whose decode
+    # steps it can fast-forward exactly. --enable-overlap-schedule models the overlap (one step
+    # late result processing) one forward at a time.
     disable_overlap_schedule: bool = True
     kv_budget_gib: float | None = None
     # --- kvplan policies ------------------------------------------------------------------

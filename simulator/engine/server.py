@@ -6,7 +6,8 @@ The scheduling loop follows ``managers/scheduler.py`` (paths relative to
 ``mem_cache/prefill_budget.SWAPrefillBudget``); if there is none it runs one decode step of the
 running batch (``update_running_batch``: ``check_decode_mem``, retraction, then
 ``prepare_for_decode`` with decode-time SWA eviction). Results are processed right after each
-forward (no overlap scheduling). Quiet decode steps are fast-forwarded arithmetically.
+forward, or one step late with overlap scheduling (``event_loop_overlap``, an option). Quiet
+decode steps are fast-forwarded arithmetically (without overlap).
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
+
+
+@dataclass(eq=False)
+class _Launched:
+    """A batch on the GPU whose results the scheduler has not processed yet (overlap mode)."""
+
+    kind: str
+    reqs: list
+    gens: list
+    start: float
+    end: float
+    info: tuple
 
 
 class _DeferredFrees:
@@ -108,10 +121,7 @@ class ServerModel:
         self.pools = pools
         self.cost = cost_model
         self.obs = observer or ServerObserver()
-        if not cfg.disable_overlap_schedule:
-            raise ConfigError(
-                "overlap scheduling is not modelled yet: run with --disable-overlap-schedule (the default)"
-            )
+        self.overlap = not cfg.disable_overlap_schedule
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
@@ -134,6 +144,7 @@ class ServerModel:
         self.swa_freed_by_decode = 0
         self.retractions = 0
         self.aborts = 0
+        self.overlap_extra_slots = 0  # decode slots spent on requests already finished (overlap)
         self._wakeup: simpy.Event | None = None
         self._in_jump = False  # the loop is inside a fast-forwarded decode span
         self._terms_cache: dict[int, tuple] = {}
@@ -188,6 +199,7 @@ class ServerModel:
             swa_tokens_freed_by_decode_eviction=self.swa_freed_by_decode,
             retractions=self.retractions,
             aborts=self.aborts,
+            overlap_extra_decode_slots=self.overlap_extra_slots,
             forward_steps=self.forward_ct,
             decode_steps=self.decode_steps,
             tree=tree.stats(),
@@ -210,6 +222,9 @@ class ServerModel:
 
     # ------------------------------------------------------------------ main loop
     def _loop(self):
+        if self.overlap:
+            yield from self._loop_overlap()
+            return
         while True:
             if self.idle:
                 self._wakeup = self.env.event()
@@ -486,6 +501,167 @@ class ServerModel:
                 t0, t1, [req.sim], ext, cached, full_used, swa_used, len(self.running), queue
             )
 
+    # ------------------------------------------------------------------ overlap scheduling
+    def _loop_overlap(self):
+        """``Scheduler.event_loop_overlap``: batch N+1 is scheduled and launched before batch
+        N's results are processed; the GPU runs launched batches back to back.
+
+        So a request that finishes in batch N still takes part in batch N+1 (one over-allocated
+        slot, freed at its release), prefill requests join the next decode batch before their
+        first token is known, and every cache checkpoint and release lands one step later.
+        Runs one forward at a time (no fast-forward).
+        """
+        pending: _Launched | None = None
+        while True:
+            if pending is not None and self.chunked is not None and self.chunked in pending.reqs:
+                # stash_chunked_request: the in-flight chunk is checkpointed when the next batch
+                # is scheduled
+                self._stash_chunk(self.chunked, pending)
+            launched = None
+            batch = self._get_new_batch_prefill()
+            start = pending.end if pending is not None else self.env.now
+            if batch:
+                launched = self._launch_prefill(batch, start)
+            elif self.running:
+                launched = self._launch_decode(start)
+            if pending is not None:
+                if pending.end > self.env.now:
+                    yield self.env.timeout(pending.end - self.env.now)
+                self._process_launched(pending)
+            elif launched is None:
+                if self.idle:
+                    self._wakeup = self.env.event()
+                    yield self._wakeup
+                    self._wakeup = None
+                elif not self.running:
+                    self._abort_unservable()
+            pending = launched
+
+    def _launch_prefill(self, batch: list[ServerReq], start: float):
+        cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
+        try:
+            self.cache.alloc_for_extend(batch)
+        except OutOfMemory as exc:
+            for r in batch:
+                if r is self.chunked:
+                    self.chunked = None
+                self._abort(r, str(exc))
+            return None
+        self.forward_ct += 1
+        ext = [r.extend_end - r.prefix_len for r in batch]
+        dur = self.cost.prefill_time(np.array(ext), np.array([r.prefix_len for r in batch]))
+        full_used, swa_used = self._used()
+        # the scheduler merges the prefilled requests into the next decode batch right away
+        for r in batch:
+            if r is not self.chunked:
+                self.running.append(r)
+        info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
+        return _Launched("prefill", batch, [r.extra.get("gen", 0) for r in batch], start, start + dur, info)
+
+    def _launch_decode(self, start: float):
+        batch = self.running
+        if not self.cache.check_decode_mem(batch):
+            self._retract()
+            batch = self.running
+            if not batch:
+                return None
+        ctx = DecodeContext(self.window, self.page_size, self.allocator, self.forward_ct)
+        self.allocator.free_group_begin()
+        for r in batch:  # ScheduleBatch.maybe_evict_swa
+            self.swa_freed_by_decode += self.swa_policy.on_decode(r, ctx)
+        self.allocator.free_group_end()
+        try:
+            self.cache.alloc_for_decode(batch)
+        except OutOfMemory as exc:
+            victim = batch[-1]
+            self.running.remove(victim)
+            self._abort(victim, str(exc))
+            return None
+        self.forward_ct += 1
+        full_used, swa_used = self._used()
+        seqs = [r.kv_allocated_len for r in batch]
+        dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
+        batch = list(batch)
+        info = (full_used, swa_used)
+        return _Launched("decode", batch, [r.extra.get("gen", 0) for r in batch], start, start + dur, info)
+
+    def _stash_chunk(self, req: ServerReq, launched: _Launched) -> None:
+        if req.extra.get("stashed") is launched:
+            return
+        req.extra["stashed"] = launched
+        self.allocator.free_group_begin()
+        self.cache.checkpoint(req, req.extend_end, finished=False)
+        req.prefix_len = req.extend_end
+        self.allocator.free_group_end()
+
+    def _process_launched(self, launched: _Launched) -> None:
+        """``process_batch_result`` of a batch, at its end time, one step late."""
+        t1 = launched.end
+        live = [
+            r
+            for r, gen in zip(launched.reqs, launched.gens, strict=True)
+            if r.extra.get("gen", 0) == gen and r.holds_kv and r.num_outputs < r.output_len
+        ]
+        if launched.kind == "prefill":
+            ext, cached, full_used, swa_used, running, queue = launched.info
+            self.obs.on_prefill_batch(
+                launched.start,
+                t1,
+                [r.sim for r in launched.reqs],
+                ext,
+                cached,
+                full_used,
+                swa_used,
+                running,
+                queue,
+            )
+            self.allocator.free_group_begin()
+            for r in live:
+                if r.extend_end < r.fill_len:  # a chunk: checkpointed when it was stashed
+                    self._stash_chunk(r, launched)
+                    continue
+                r.num_outputs += 1
+                if math.isnan(r.sim.first_token_s):
+                    r.sim.first_token_s = t1
+                    self.obs.on_first_token(r.sim)
+                if r.num_outputs >= r.output_len:
+                    self._finish_overlap(r, t1)
+                else:
+                    self.cache.checkpoint(r, r.extend_end, finished=False)
+                    r.prefix_len = r.extend_end
+            self.allocator.free_group_end()
+        else:
+            full_used, swa_used = launched.info
+            self.overlap_extra_slots += len(launched.reqs) - len(live)
+            self.decode_steps += 1
+            self.ratio.on_decode_steps(1)
+            self.obs.on_decode_steps(
+                np.array([t1]),
+                [r.sim for r in launched.reqs],
+                np.array([full_used]),
+                np.array([swa_used]),
+                len(self.waiting),
+            )
+            self.allocator.free_group_begin()
+            for r in live:
+                r.num_outputs += 1
+                if r.num_outputs >= r.output_len:
+                    self._finish_overlap(r, t1)
+            self.allocator.free_group_end()
+        self._check()
+
+    def _finish_overlap(self, r: ServerReq, t: float) -> None:
+        """Release with the slot the next (already launched) decode step took for it."""
+        if r in self.running:
+            self.running.remove(r)
+        sim = r.sim
+        sim.finish_s = t
+        sim.cached_tokens = r.cached_tokens
+        sim.retractions = r.extra.get("retractions", 0)
+        self.cache.release(r, owned=r.prompt_len + r.num_outputs - 1)
+        self.obs.on_finish(sim)
+        r.done.succeed(sim)
+
     def _finish(self, r: ServerReq) -> None:
         sim = r.sim
         sim.finish_s = self.env.now
@@ -517,6 +693,7 @@ class ServerModel:
             req = self.running[idx]
             self.cache.retract(req, len(order))
             req.extra["retractions"] = req.extra.get("retractions", 0) + 1
+            req.extra["gen"] = req.extra.get("gen", 0) + 1  # in-flight results of it are void
             retracted.append(req)
         aborted = []
         if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):

@@ -284,11 +284,17 @@ class UnifiedSWACache(SWARadixCache):
             if not finished:
                 self._free_out_of_window(req, min(req.fill_len, req.kv_allocated_len) - 1)
 
-    def release(self, req: ReqKV) -> None:
-        """``common.py:release_kv_cache(checkpoint=True)`` for a finished request."""
-        owned = req.kv_allocated_len
+    def release(self, req: ReqKV, owned: int | None = None) -> None:
+        """``common.py:release_kv_cache(checkpoint=True)`` for a finished request.
+
+        ``owned`` is ``kv_committed_len`` (default: everything allocated). Slots allocated past
+        it (overlap scheduling's extra step) are freed with the row
+        (``_release_overallocated_kv_indices``).
+        """
+        if owned is None:
+            owned = req.kv_allocated_len
         self.checkpoint(req, owned, finished=True, relock=False)
-        self._free_row_range(req, req.cache_protected_len, owned)
+        self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
         self.tree.unlock(req.lock)
         req.lock = None
         req.holds_kv = False
@@ -319,14 +325,18 @@ class LegacySWACache(SWARadixCache):
         req.lock = self.tree.lock(result.last_node)
         req.last_node = result.last_node
 
-    def release(self, req: ReqKV) -> None:
-        """``SWARadixCache.cache_finished_req``: insert with the cursor, free the tail, unlock."""
+    def release(self, req: ReqKV, owned: int | None = None) -> None:
+        """``SWARadixCache.cache_finished_req``: insert with the cursor, free the tail, unlock.
+
+        ``owned`` is ``kv_committed_len``; slots allocated past it are freed with the tail.
+        """
         p = self.page_size
-        owned = req.kv_allocated_len
+        if owned is None:
+            owned = req.kv_allocated_len
         aligned = floor_page(owned, p)
         self.tree.insert(req.pages[: aligned // p], req.cache_protected_len, req.swa_evicted_seqlen)
         # kv_indices[page_aligned_len:] -> free(): FULL and SWA of the partial tail page
-        self._free_row_range(req, max(aligned, req.cache_protected_len), owned)
+        self._free_row_range(req, max(aligned, req.cache_protected_len), req.kv_allocated_len)
         req.cache_protected_len = aligned
         self.tree.unlock(req.lock)
         req.lock = None
