@@ -403,11 +403,9 @@ class ServerModel:
         return can_run
 
     # ------------------------------------------------------------------ prefill
-    def _run_prefill(self, batch: list[ServerReq]):
-        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked:
-            yield from self._run_chunk_train(batch[0])
-            return
-        t0 = self.env.now
+    def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
+        """``alloc_for_extend`` for a prefill batch; the cached tokens it newly serves, or None
+        when allocation failed and the batch was aborted. Both loops share it."""
         cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
         try:
             self.cache.alloc_for_extend(batch)
@@ -416,8 +414,18 @@ class ServerModel:
                 if r is self.chunked:
                     self.chunked = None
                 self._abort(r, str(exc))
-            return
+            return None
         self.forward_ct += 1
+        return cached_before
+
+    def _run_prefill(self, batch: list[ServerReq]):
+        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked:
+            yield from self._run_chunk_train(batch[0])
+            return
+        t0 = self.env.now
+        cached_before = self._prepare_extend(batch)
+        if cached_before is None:
+            return
         ext = np.array([r.extend_end - r.prefix_len for r in batch], dtype=np.int64)
         pre = np.array([r.prefix_len for r in batch], dtype=np.int64)
         dur = self.cost.prefill_time(ext, pre)
@@ -538,16 +546,9 @@ class ServerModel:
             pending = launched
 
     def _launch_prefill(self, batch: list[ServerReq], start: float):
-        cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
-        try:
-            self.cache.alloc_for_extend(batch)
-        except OutOfMemory as exc:
-            for r in batch:
-                if r is self.chunked:
-                    self.chunked = None
-                self._abort(r, str(exc))
+        cached_before = self._prepare_extend(batch)
+        if cached_before is None:
             return None
-        self.forward_ct += 1
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.cost.prefill_time(np.array(ext), np.array([r.prefix_len for r in batch]))
         full_used, swa_used = self._used()
@@ -559,25 +560,9 @@ class ServerModel:
         return _Launched("prefill", batch, [r.extra.get("gen", 0) for r in batch], start, start + dur, info)
 
     def _launch_decode(self, start: float):
-        batch = self.running
-        if not self.cache.check_decode_mem(batch):
-            self._retract()
-            batch = self.running
-            if not batch:
-                return None
-        ctx = DecodeContext(self.window, self.page_size, self.allocator, self.forward_ct)
-        self.allocator.free_group_begin()
-        for r in batch:  # ScheduleBatch.maybe_evict_swa
-            self.swa_freed_by_decode += self.swa_policy.on_decode(r, ctx)
-        self.allocator.free_group_end()
-        try:
-            self.cache.alloc_for_decode(batch)
-        except OutOfMemory as exc:
-            victim = batch[-1]
-            self.running.remove(victim)
-            self._abort(victim, str(exc))
+        batch = self._prepare_decode()
+        if batch is None:
             return None
-        self.forward_ct += 1
         full_used, swa_used = self._used()
         seqs = [r.kv_allocated_len for r in batch]
         dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
@@ -753,17 +738,18 @@ class ServerModel:
             k = min(k, p * max(0, (room - bs) // bs - 1))
         return max(0, k)
 
-    def _run_decode(self):
-        k = min(self._quiet_steps(), MAX_JUMP)
-        if k > 1:
-            yield from self._fast_forward(k)
-            return
+    def _prepare_decode(self) -> list[ServerReq] | None:
+        """One decode step's memory work before the forward; the batch, or None if none is left.
+
+        ``Scheduler.update_running_batch`` (``check_decode_mem``, retract on shortage), then
+        ``ScheduleBatch.maybe_evict_swa`` and ``alloc_for_decode``; both loops share it.
+        """
         batch = self.running
         if not self.cache.check_decode_mem(batch):
             self._retract()
             batch = self.running
             if not batch:
-                return
+                return None
         ctx = DecodeContext(self.window, self.page_size, self.allocator, self.forward_ct)
         self.allocator.free_group_begin()
         for r in batch:  # ScheduleBatch.maybe_evict_swa
@@ -775,8 +761,18 @@ class ServerModel:
             victim = batch[-1]
             self.running.remove(victim)
             self._abort(victim, str(exc))
-            return
+            return None
         self.forward_ct += 1
+        return batch
+
+    def _run_decode(self):
+        k = min(self._quiet_steps(), MAX_JUMP)
+        if k > 1:
+            yield from self._fast_forward(k)
+            return
+        batch = self._prepare_decode()
+        if batch is None:
+            return
         full_used, swa_used = self._used()
         seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))

@@ -175,3 +175,58 @@ def match_pages(node_key: np.ndarray, key: np.ndarray, offset: int) -> int:
         return i
     neq = np.flatnonzero(a != b)
     return int(neq[0]) if len(neq) else n
+
+
+def lock_footprint(root: TreeNode, node: TreeNode, window: int) -> tuple[int, int]:
+    """(FULL, SWA) evictable tokens a lock of ``node`` would protect, without locking.
+
+    PrefillAdder checks a request's budget under a temporary lock of its matched prefix;
+    evictable minus this footprint is exactly what that check sees. Both tree generations lock
+    the whole FULL path and the SWA nodes of the last ``window`` tokens, so they share this.
+    """
+    full = 0
+    cur = node
+    while cur is not root:
+        if cur.full_lock == 0:
+            full += cur.length
+        cur = cur.parent
+    swa = 0
+    covered = 0
+    cur = node
+    while cur is not root and covered < window:
+        if cur.swa_lock == 0 and cur.swa:
+            swa += cur.length
+        covered += cur.length
+        cur = cur.parent
+    return full, swa
+
+
+def iter_subtree(root: TreeNode):
+    """Every node below ``root`` (depth first, ``root`` itself excluded)."""
+    stack = list(root.children.values())
+    while stack:
+        x = stack.pop()
+        yield x
+        stack.extend(x.children.values())
+
+
+def subtree_stats(root: TreeNode) -> dict:
+    """Node, leaf and tombstone counts and FULL / SWA tokens below ``root``."""
+    nodes = leaves = tombstones = tomb_tokens = full_tokens = swa_tokens = 0
+    for x in iter_subtree(root):
+        nodes += 1
+        leaves += not x.children
+        full_tokens += x.length
+        if x.swa:
+            swa_tokens += x.length
+        else:
+            tombstones += 1
+            tomb_tokens += x.length
+    return dict(
+        nodes=nodes,
+        leaves=leaves,
+        tombstones=tombstones,
+        tombstone_tokens=tomb_tokens,
+        full_tokens=full_tokens,
+        swa_tokens=swa_tokens,
+    )

@@ -15,7 +15,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.kv_allocator import SWAKVAllocator
-from simulator.radix.node import LRUList, TreeNode, match_pages
+from simulator.radix.node import (
+    LRUList,
+    TreeNode,
+    iter_subtree,
+    lock_footprint,
+    match_pages,
+    subtree_stats,
+)
 from simulator.request_kv import LockReceipt
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -285,27 +292,8 @@ class UnifiedSWARadixTree:
         return LockReceipt(node, uuid)
 
     def lock_footprint(self, node: TreeNode) -> tuple[int, int]:
-        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect, without locking.
-
-        PrefillAdder checks a request's budget under a temporary lock of its matched prefix;
-        evictable minus this footprint is exactly what that check sees.
-        """
-        root = self.root
-        full = 0
-        cur = node
-        while cur is not root:
-            if cur.full_lock == 0:
-                full += cur.length
-            cur = cur.parent
-        swa = 0
-        covered = 0
-        cur = node
-        while cur is not root and covered < self.window:
-            if cur.swa_lock == 0 and cur.swa:
-                swa += cur.length
-            covered += cur.length
-            cur = cur.parent
-        return full, swa
+        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect (:func:`node.lock_footprint`)."""
+        return lock_footprint(self.root, node, self.window)
 
     def unlock(self, receipt: LockReceipt | None) -> None:
         """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
@@ -576,28 +564,7 @@ class UnifiedSWARadixTree:
         return n
 
     def iter_nodes(self):
-        stack = list(self.root.children.values())
-        while stack:
-            x = stack.pop()
-            yield x
-            stack.extend(x.children.values())
+        return iter_subtree(self.root)
 
     def stats(self) -> dict:
-        nodes = leaves = tombstones = tomb_tokens = full_tokens = swa_tokens = 0
-        for x in self.iter_nodes():
-            nodes += 1
-            leaves += not x.children
-            full_tokens += x.length
-            if x.swa:
-                swa_tokens += x.length
-            else:
-                tombstones += 1
-                tomb_tokens += x.length
-        return dict(
-            nodes=nodes,
-            leaves=leaves,
-            tombstones=tombstones,
-            tombstone_tokens=tomb_tokens,
-            full_tokens=full_tokens,
-            swa_tokens=swa_tokens,
-        )
+        return subtree_stats(self.root)
