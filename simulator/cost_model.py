@@ -830,11 +830,18 @@ class CostModel:
         Batches up to :data:`_SMALL_BATCH` requests take a plain-Python loop (numpy's per-call cost
         dominates there); larger ones the vectorised form of the same sums.
         """
+        w = self.geometry.sliding_window if self.geometry.num_swa_layers else None
+        if type(extend_lens) is list and type(prefix_lens) is list and len(extend_lens) <= _SMALL_BATCH:
+            # the simulator's per-batch call: skip the round trip through numpy
+            if len(extend_lens) != len(prefix_lens):
+                raise ValueError(
+                    f"extend_lens and prefix_lens differ in length: {len(extend_lens)} vs {len(prefix_lens)}"
+                )
+            return _prefill_sums_loop(extend_lens, prefix_lens, w)
         e_arr = np.asarray(extend_lens, dtype=np.float64).ravel()
         p_arr = np.asarray(prefix_lens, dtype=np.float64).ravel()
         if e_arr.shape != p_arr.shape:
             raise ValueError(f"extend_lens and prefix_lens differ in length: {e_arr.size} vs {p_arr.size}")
-        w = self.geometry.sliding_window if self.geometry.num_swa_layers else None
         if e_arr.size <= _SMALL_BATCH:
             return _prefill_sums_loop(e_arr.tolist(), p_arr.tolist(), w)
         if e_arr.min() < 0 or p_arr.min() < 0:

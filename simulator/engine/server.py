@@ -426,9 +426,8 @@ class ServerModel:
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return
-        ext = np.array([r.extend_end - r.prefix_len for r in batch], dtype=np.int64)
-        pre = np.array([r.prefix_len for r in batch], dtype=np.int64)
-        dur = self.cost.prefill_time(ext, pre)
+        ext = [r.extend_end - r.prefix_len for r in batch]
+        dur = self.cost.prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self._used()
         yield self.env.timeout(dur)
         t1 = self.env.now
@@ -436,7 +435,7 @@ class ServerModel:
             t0,
             t1,
             [r.sim for r in batch],
-            int(ext.sum()),
+            sum(ext),
             cached_before,
             full_used,
             swa_used,
@@ -485,7 +484,7 @@ class ServerModel:
                 break
             self.forward_ct += 1
             ext = req.extend_end - req.prefix_len
-            dur = self.cost.prefill_time(np.array([ext]), np.array([req.prefix_len]))
+            dur = self.cost.prefill_time([ext], [req.prefix_len])
             full_used, swa_used = self._used()
             t = t0 + dur
             records.append((t0, t, ext, cached_before, full_used, swa_used))
@@ -550,7 +549,7 @@ class ServerModel:
         if cached_before is None:
             return None
         ext = [r.extend_end - r.prefix_len for r in batch]
-        dur = self.cost.prefill_time(np.array(ext), np.array([r.prefix_len for r in batch]))
+        dur = self.cost.prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self._used()
         # the scheduler merges the prefilled requests into the next decode batch right away
         for r in batch:
@@ -838,17 +837,16 @@ class ServerModel:
             durs += cs[0]
         else:
             lens = [b - a for a, b, _ in segments]
-            seg = np.repeat(np.arange(nseg), lens)
-            off = np.arange(k, dtype=np.float64) - np.repeat(
-                np.array([a for a, _, _ in segments], float), lens
-            )
+            seg = np.arange(nseg).repeat(lens)
+            off = np.arange(k, dtype=np.float64) - np.array([a for a, _, _ in segments], float).repeat(lens)
             n = np.array(ns, dtype=np.float64)[seg]
             x = np.array(xs, dtype=np.float64)[seg] + n * off
             y = np.array(ys, dtype=np.float64)[seg] + np.array(gys, dtype=np.float64)[seg] * off
             durs = np.maximum(x * fa, (x + n) * fb)
             durs += np.maximum(y * sa, (y + n) * sb)
             durs += np.array(cs)[seg]
-        ends = now + np.cumsum(durs)
+        ends = durs.cumsum()
+        ends += now
         m = k
         finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
         cancelled: set[int] = set()  # requests whose last step this jump does not reach
@@ -862,7 +860,7 @@ class ServerModel:
         except simpy.Interrupt:
             # a request arrived: the step in flight completes before the scheduler sees it
             self._in_jump = False
-            done = int(np.searchsorted(ends, self.env.now, side="right"))
+            done = int(ends.searchsorted(self.env.now, side="right"))
             m = min(k, done + 1)
             cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
             remaining = float(ends[m - 1]) - self.env.now
@@ -887,12 +885,12 @@ class ServerModel:
             if b == m and self.waiting:
                 # requests arrived during the last step: the steps before it saw an empty queue
                 if b - a > 1:
-                    self.obs.on_decode_steps(ends[a : b - 1].copy(), sims, used_full[:-1], used_swa[:-1], 0)
+                    self.obs.on_decode_steps(ends[a : b - 1], sims, used_full[:-1], used_swa[:-1], 0)
                 self.obs.on_decode_steps(
-                    ends[b - 1 : b].copy(), sims, used_full[-1:], used_swa[-1:], len(self.waiting)
+                    ends[b - 1 : b], sims, used_full[-1:], used_swa[-1:], len(self.waiting)
                 )
             else:
-                self.obs.on_decode_steps(ends[a:b].copy(), sims, used_full, used_swa, 0)
+                self.obs.on_decode_steps(ends[a:b], sims, used_full, used_swa, 0)
             done_now = [r for r in reqs if r.num_outputs >= r.output_len]
             if done_now:
                 self.allocator.free_group_begin()
