@@ -119,12 +119,17 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     A step belongs to this round (ties go to the lower round); a batch of heartbeats only belongs
     to no round (-1). Under bench_multiturn's round barrier every batch holds one round only.
     """
+    first = None
+    for r in batch:  # the common case, one round only, in one pass without building lists
+        if r.heartbeat:
+            continue
+        if first is None:
+            first = r.round
+        elif r.round != first:
+            break
+    else:
+        return (-1, 0.0) if first is None else (first, 1.0)
     rounds = [r.round for r in batch if not r.heartbeat]
-    if not rounds:
-        return -1, 0.0
-    first = rounds[0]
-    if all(x == first for x in rounds):  # the common case, without numpy's per-call cost
-        return first, 1.0
     counts = np.bincount(np.asarray(rounds, dtype=np.int64))
     top = int(counts.argmax())
     return top, float(counts[top]) / len(rounds)
