@@ -107,9 +107,10 @@ def latency_stats(values: np.ndarray) -> dict[str, float]:
 
 
 def _steps_array(values: np.ndarray | int, k: int) -> np.ndarray:
-    """``values`` as an owned int64 array of length ``k`` (a scalar is repeated)."""
+    """``values`` as an int64 array of length ``k`` (a scalar is repeated). An int64 array is
+    kept as it is: the server hands its arrays over (:meth:`ServerObserver.on_decode_steps`)."""
     if isinstance(values, np.ndarray) and values.shape == (k,):
-        return values.astype(np.int64, copy=True)
+        return values if values.dtype == np.int64 else values.astype(np.int64)
     return np.broadcast_to(np.asarray(values, dtype=np.int64), (k,)).copy()
 
 
@@ -233,7 +234,7 @@ class Recorder(ServerObserver):
         swa_used: np.ndarray,
         queue: int,
     ) -> None:
-        t = np.array(step_end_s, dtype=np.float64, ndmin=1)
+        t = np.asarray(step_end_s, dtype=np.float64).reshape(-1)  # handed over: kept as is
         k = len(t)
         if k == 0:
             return

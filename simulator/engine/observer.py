@@ -55,8 +55,8 @@ class ServerObserver:
 
         ``full_used[i]`` / ``swa_used[i]`` are ``#full token`` / ``#swa token`` as SGLang's
         decode log would print them at step i (read when step i is scheduled). The server may
-        report many steps at once when it fast-forwards. The arrays may be views of the
-        server's own buffers: an observer copies what it keeps.
+        report many steps at once when it fast-forwards. The server hands the arrays over and
+        never writes to them again, so an observer may keep them without copying.
         """
 
     def on_first_token(self, req: SimRequest) -> None:

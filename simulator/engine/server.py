@@ -59,6 +59,9 @@ class _DeferredFrees:
         pass
 
 
+_DEFERRED_FREES = _DeferredFrees()
+
+
 class StuckSimulation(KvplanError):
     """The server stopped making progress; the message says what it was waiting for."""
 
@@ -938,7 +941,7 @@ class ServerModel:
                 opens[f::p] += 1
                 total += (m - 1 - f) // p + 1
         # SWA-eviction events, computed without touching the allocator, applied in order below
-        ctx = DecodeContext(self.window, p, _DeferredFrees(), forward_ct)
+        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
         events = [ev for r in batch for ev in self.swa_policy.run_steps(r, ctx, m)]
         frees_total = sum(freed for _, freed in events) // p
         self.swa_freed_by_decode += frees_total * p
