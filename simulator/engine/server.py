@@ -865,7 +865,8 @@ class ServerModel:
             self._in_jump = False
             done = int(ends.searchsorted(self.env.now, side="right"))
             m = min(k, done + 1)
-            cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
+            if finishing:
+                cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
             remaining = float(ends[m - 1]) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
