@@ -936,6 +936,77 @@ class CostModel:
         }
 
 
+def decode_step_ends(
+    now: float,
+    segments: list[tuple[int, float, int, int, int, int]],
+    fa: float,
+    fb: float,
+    sa: float,
+    sb: float,
+) -> np.ndarray:
+    """End times of consecutive decode steps, priced piece by piece in closed form.
+
+    ``segments`` are ``(steps, C, bs, x0, y0, g)``: ``steps`` steps of one batch whose step
+    ``t`` costs ``C + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))`` with ``x = x0 + bs*t``,
+    ``y = y0 + g*t`` (:meth:`decode_terms`). Each max switches branch at most once, so a
+    segment is at most three pieces whose step times are linear in ``t``; a piece's end times
+    are ``E + a*(j+1) + b*j*(j+1)/2``. A jump costs a few array operations per piece instead
+    of a dozen over every step.
+    """
+    total = sum(seg[0] for seg in segments)
+    ends = np.empty(total, dtype=np.float64)
+    tri1, tri2 = _triangles(total)
+    e = now
+    pos = 0
+    for steps, c, n, x0, y0, g in segments:
+        # full term: fa*x0 + fa*n*t against fb*(x0+n) + fb*n*t; SWA term likewise with y0, g
+        branches = (
+            (fa * x0, fa * n, fb * (x0 + n), fb * n),
+            (sa * y0, sa * g, sb * (y0 + n), sb * g),
+        )
+        cuts = {0, steps}
+        for a1, b1, a2, b2 in branches:
+            if b1 != b2:
+                t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
+                if 0 < t_c < steps:
+                    cuts.add(math.ceil(t_c))
+        bounds = sorted(cuts)
+        for u, v in zip(bounds, bounds[1:], strict=False):
+            if v <= u:
+                continue
+            alpha, beta = c, 0.0
+            mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
+            for a1, b1, a2, b2 in branches:
+                if a1 + b1 * mid >= a2 + b2 * mid:
+                    alpha += a1
+                    beta += b1
+                else:
+                    alpha += a2
+                    beta += b2
+            length = v - u
+            alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
+            out = ends[pos : pos + length]
+            np.multiply(tri1[:length], alpha, out=out)
+            if beta:
+                out += tri2[:length] * beta
+            out += e
+            e += alpha * length + beta * (length - 1) * length * 0.5
+            pos += length
+    return ends
+
+
+_TRIANGLES: list[np.ndarray] = [np.ones(0), np.zeros(0)]
+
+
+def _triangles(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(j + 1, j*(j+1)/2)`` for ``j < n``, grown on demand and reused across calls."""
+    if len(_TRIANGLES[0]) < n:
+        j = np.arange(max(n, 2 * len(_TRIANGLES[0])), dtype=np.float64)
+        _TRIANGLES[0] = j + 1.0
+        _TRIANGLES[1] = j * (j + 1.0) * 0.5
+    return _TRIANGLES[0], _TRIANGLES[1]
+
+
 def _capped_triangle(n: np.ndarray, w: int) -> np.ndarray:
     """Σ_{m=1}^{n} min(m, w), elementwise: keys seen by the first n queries of a window-w layer."""
     wf = float(w)

@@ -192,6 +192,54 @@ def test_decode_times_equals_loop_property(
     assert fast.tolist() == slow
 
 
+def _step_ends_by_loop(now, segments, fa, fb, sa, sb):
+    t, out = now, []
+    for steps, c, n, x0, y0, g in segments:
+        for i in range(steps):
+            x, y = x0 + n * i, y0 + g * i
+            t += c + max(fa * x, fb * (x + n)) + max(sa * y, sb * (y + n))
+            out.append(t)
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    now=st.floats(0, 1e4),
+    segments=st.lists(
+        st.tuples(
+            st.integers(0, 300),  # steps
+            st.floats(1e-4, 1e-2),  # C
+            st.integers(1, 64),  # batch size
+            st.integers(0, 2_000_000),  # x0
+            st.integers(0, 20_000),  # y0
+            st.integers(0, 64),  # requests below the window
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    coeffs=st.tuples(*[st.floats(1e-12, 1e-8)] * 4),
+)
+def test_decode_step_ends_equals_the_step_loop(now, segments, coeffs) -> None:
+    """The closed-form jump pricing (pieces where a roofline max switches branch included)
+    equals pricing and summing each step, to rounding."""
+    fa, fb, sa, sb = coeffs
+    fast = cost_module.decode_step_ends(now, segments, fa, fb, sa, sb)
+    slow = _step_ends_by_loop(now, segments, fa, fb, sa, sb)
+    assert fast.shape == (len(slow),)
+    np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-12)
+
+
+def test_decode_step_ends_switches_branch_inside_a_segment() -> None:
+    # with x = n*t, fa*x overtakes fb*(x+n) at t = fb / (fa - fb): 10, 3.33 and 1 here; the SWA
+    # term (y = 64*t) switches at t = n / 16, so a segment splits into up to three pieces
+    for fa in (1.1e-9, 1.3e-9, 2e-9):
+        for now, n in ((0.0, 10), (5.0, 1000)):
+            segments = [(50, 1e-3, n, 0, 0, 64), (20, 2e-3, n // 2 or 1, 7_000, 900, 3)]
+            fast = cost_module.decode_step_ends(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
+            slow = _step_ends_by_loop(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
+            np.testing.assert_allclose(fast, slow, rtol=1e-13)
+
+
 # ---- tensor parallelism --------------------------------------------------------------------------
 
 

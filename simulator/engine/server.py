@@ -23,6 +23,7 @@ import simpy
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import SWA_EVICTION, DecodeContext
 from policies.tombstone import TOMBSTONING
+from simulator.cost_model import decode_step_ends
 from simulator.engine.config import SimConfig
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
@@ -818,38 +819,16 @@ class ServerModel:
         for b in cuts:
             segments.append((a, b, [i for i, f in enumerate(last) if f >= a]))
             a = b
-        # per-step batch size and FULL / SWA context sums, priced in one vectorised pass:
-        # a step costs C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
-        nseg = len(segments)
-        cs, ns, xs, ys, gys = [], [], [], [], []
-        for a, _b, members in segments:
+        # each segment's batch size and FULL / SWA context sums at its first step; a step costs
+        # C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
+        priced = []
+        for a, b, members in segments:
             ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
             base, fa, fb, sa, sb, allreduce, overhead = self._decode_terms(len(members))
-            cs.append(base + allreduce + overhead)
-            ns.append(len(members))
-            xs.append(sum(ctx))
-            ys.append(sum(min(x, w) for x in ctx))
-            gys.append(sum(1 for x in ctx if x < w))
-        if nseg == 1:
-            off = np.arange(k, dtype=np.float64)
-            n = float(ns[0])
-            x = xs[0] + n * off
-            y = ys[0] + gys[0] * off
-            durs = np.maximum(x * fa, (x + n) * fb)
-            durs += np.maximum(y * sa, (y + n) * sb)
-            durs += cs[0]
-        else:
-            lens = [b - a for a, b, _ in segments]
-            seg = np.arange(nseg).repeat(lens)
-            off = np.arange(k, dtype=np.float64) - np.array([a for a, _, _ in segments], float).repeat(lens)
-            n = np.array(ns, dtype=np.float64)[seg]
-            x = np.array(xs, dtype=np.float64)[seg] + n * off
-            y = np.array(ys, dtype=np.float64)[seg] + np.array(gys, dtype=np.float64)[seg] * off
-            durs = np.maximum(x * fa, (x + n) * fb)
-            durs += np.maximum(y * sa, (y + n) * sb)
-            durs += np.array(cs)[seg]
-        ends = durs.cumsum()
-        ends += now
+            below = [x for x in ctx if x < w]
+            y0 = sum(below) + w * (len(ctx) - len(below))
+            priced.append((b - a, base + allreduce + overhead, len(members), sum(ctx), y0, len(below)))
+        ends = decode_step_ends(now, priced, fa, fb, sa, sb)
         m = k
         finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
         cancelled: set[int] = set()  # requests whose last step this jump does not reach
