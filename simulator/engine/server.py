@@ -13,7 +13,6 @@ decode steps are fast-forwarded arithmetically (without overlap).
 from __future__ import annotations
 
 import bisect
-import functools
 import math
 from dataclasses import dataclass, field
 
@@ -61,6 +60,53 @@ class _DeferredFrees:
 
 
 _DEFERRED_FREES = _DeferredFrees()
+
+
+class _UrgentTimeout(simpy.events.Timeout):
+    """A timeout that fires before ordinary events of the same instant (simpy's URGENT)."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        # simpy.events.Timeout.__init__ with URGENT instead of NORMAL priority
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = delay
+        self._ok = True
+        env.schedule(self, simpy.events.URGENT, delay)
+
+
+class _FinishChain:
+    """Tells clients of the finishes inside one decode jump, at their exact times.
+
+    One pending event at a time, for the next finishing step, instead of one per finishing
+    request: an arrival usually cuts a jump short, and the next jump would otherwise schedule
+    the same finishes again. The events are URGENT so that, as when each step ran on its own,
+    a finish at the jump's last step reaches its client before the server resumes.
+    """
+
+    __slots__ = ("server", "batch", "finishing", "ends", "pos", "limit")
+
+    def __init__(self, server: ServerModel, batch: list, finishing: list[tuple[int, int]], ends) -> None:
+        self.server, self.batch, self.finishing, self.ends = server, batch, finishing, ends
+        self.pos = 0
+        self.limit = len(ends)  # steps at or past it are not reached (the jump was cut short)
+        self._schedule(server.env.now)
+
+    def _schedule(self, now: float) -> None:
+        step = self.finishing[self.pos][0]
+        _UrgentTimeout(self.server.env, float(self.ends[step]) - now).callbacks.append(self._fire)
+
+    def _fire(self, _event) -> None:
+        step = self.finishing[self.pos][0]
+        if step >= self.limit:
+            return
+        t = float(self.ends[step])
+        finishing = self.finishing
+        while self.pos < len(finishing) and finishing[self.pos][0] == step:
+            self.server._notify_finish(self.batch[finishing[self.pos][1]], t)
+            self.pos += 1
+        if self.pos < len(finishing) and finishing[self.pos][0] < self.limit:
+            self._schedule(t)
 
 
 class StuckSimulation(KvplanError):
@@ -830,12 +876,8 @@ class ServerModel:
             priced.append((b - a, base + allreduce + overhead, len(members), sum(ctx), y0, len(below)))
         ends = decode_step_ends(now, priced, fa, fb, sa, sb)
         m = k
-        finishing = [i for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k]
-        cancelled: set[int] = set()  # requests whose last step this jump does not reach
-        for i in finishing:  # clients learn of a finish at its exact time
-            t_fin = float(ends[last[i]])
-            ev = self.env.timeout(t_fin - now)
-            ev.callbacks.append(functools.partial(self._notify_finish, batch[i], cancelled, t_fin))
+        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k)
+        chain = _FinishChain(self, batch, finishing, ends) if finishing else None
         self._in_jump = True
         try:
             yield self.env.timeout(float(ends[-1]) - now)
@@ -844,8 +886,8 @@ class ServerModel:
             self._in_jump = False
             done = int(ends.searchsorted(self.env.now, side="right"))
             m = min(k, done + 1)
-            if finishing:
-                cancelled.update(id(batch[i]) for i in finishing if last[i] >= m)
+            if chain is not None:
+                chain.limit = m  # finishes past the step in flight are not reached
             remaining = float(ends[m - 1]) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
@@ -892,10 +934,8 @@ class ServerModel:
             terms = self._terms_cache[bs] = self.cost.decode_terms(bs)
         return terms
 
-    def _notify_finish(self, r: ServerReq, cancelled: set[int], t: float, _event=None) -> None:
+    def _notify_finish(self, r: ServerReq, t: float) -> None:
         """A finish inside a jump, delivered to its client at its exact time."""
-        if id(r) in cancelled:
-            return  # the jump was cut before this request's last step
         sim = r.sim
         sim.finish_s = t
         sim.cached_tokens = r.cached_tokens
