@@ -771,7 +771,7 @@ class CostModel:
 
         Returns ``(dense+moe, fa, fb, sa, sb, allreduce, overhead)``, where ``x`` / ``y`` are the
         FULL / SWA context sums, so a simulator can price many steps with a few array operations
-        (:meth:`decode_durations`). Same roofline as :meth:`decode_time` up to float rounding.
+        (:func:`decode_step_ends`). Same roofline as :meth:`decode_time` up to float rounding.
         """
         n = float(bs)
         dense, moe = self._linear_parts(n, n)
@@ -786,17 +786,6 @@ class CostModel:
             allreduce,
             overhead,
         )
-
-    @staticmethod
-    def decode_durations(
-        terms: np.ndarray, bs: np.ndarray, full_ctx: np.ndarray, swa_ctx: np.ndarray
-    ) -> np.ndarray:
-        """Seconds of decode steps given per-step :meth:`decode_terms` rows (shape (k, 7)),
-        batch sizes and FULL / SWA context sums."""
-        base, fa, fb, sa, sb, allreduce, overhead = terms.T
-        attn_full = np.maximum(full_ctx * fa, (full_ctx + bs) * fb)
-        attn_swa = np.maximum(swa_ctx * sa, (swa_ctx + bs) * sb)
-        return (((base + attn_full) + attn_swa) + allreduce) + overhead
 
     def decode_times(
         self, bs: int, full_ctx0: int, swa_ctx0: int, k: int, full_growth: int, swa_growth: int

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 import simpy
 
-from simulator.cost_model import CostModel
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel, ServerPools
@@ -27,8 +26,6 @@ class LinearCost:
 
     def decode_terms(self, bs):
         return (2e-3, 1e-7, 0.0, 1e-6, 0.0, 0.0, 0.0)
-
-    decode_durations = staticmethod(CostModel.decode_durations)
 
 
 def _pages(tokens: list[int], page: int) -> np.ndarray:
