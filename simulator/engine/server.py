@@ -851,8 +851,8 @@ class ServerModel:
         """Run ``k`` quiet decode steps at once, stopping early if a request arrives.
 
         The batch may shrink inside the jump: a request that produces its last token at step f
-        leaves after f. Clients learn of each finish at its exact time (a timeout scheduled before
-        the jump); the cache-side release is replayed in step order after the clock has moved.
+        leaves after f. Clients learn of each finish at its exact time (:class:`_FinishChain`); the
+        cache-side release is replayed in step order after the clock has moved.
         """
         batch = list(self.running)
         w = self.window
