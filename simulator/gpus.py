@@ -20,6 +20,7 @@ from importlib import resources
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.preset_registry import PresetRegistry
 
 __all__ = ["GpuSpec", "get_gpu", "gpu_names", "register_gpu"]
 
@@ -95,52 +96,29 @@ class GpuSpec:
         }
 
 
-_REGISTRY: dict[str, GpuSpec] = {}
-_ALIASES: dict[str, str] = {}
-_PRESETS_LOADED = False
+def _load_presets() -> list[GpuSpec]:
+    text = resources.files("simulator").joinpath("presets", "gpus.json").read_text(encoding="utf-8")
+    specs = []
+    for entry in json.loads(text)["gpus"]:
+        entry = dict(entry)
+        entry["aliases"] = tuple(entry.get("aliases", ()))
+        specs.append(GpuSpec(**entry))
+    return specs
 
 
-def _key(name: str) -> str:
-    return name.strip().lower()
+_GPUS: PresetRegistry[GpuSpec] = PresetRegistry("GPU", _load_presets)
 
 
 def register_gpu(spec: GpuSpec) -> None:
     """Add a GPU to the registry; rejects duplicate names or aliases."""
-    key = _key(spec.name)
-    if not key:
-        raise ConfigError("cannot register a GPU with an empty name")
-    names = [key, *(_key(a) for a in spec.aliases)]
-    for n in names:
-        if n in _REGISTRY or n in _ALIASES:
-            raise ConfigError(f"conflicting registration: GPU name {n!r} already registered")
-    _REGISTRY[key] = spec
-    for alias in spec.aliases:
-        _ALIASES[_key(alias)] = key
-
-
-def _ensure_presets() -> None:
-    global _PRESETS_LOADED
-    if _PRESETS_LOADED:
-        return
-    _PRESETS_LOADED = True
-    text = resources.files("simulator").joinpath("presets", "gpus.json").read_text(encoding="utf-8")
-    for entry in json.loads(text)["gpus"]:
-        entry = dict(entry)
-        entry["aliases"] = tuple(entry.get("aliases", ()))
-        register_gpu(GpuSpec(**entry))
+    _GPUS.register(spec)
 
 
 def gpu_names() -> list[str]:
     """Sorted preset names."""
-    _ensure_presets()
-    return sorted(spec.name for spec in _REGISTRY.values())
+    return _GPUS.names()
 
 
 def get_gpu(name: str) -> GpuSpec:
     """Preset by name or alias (case-insensitive); ConfigError lists the valid names."""
-    _ensure_presets()
-    key = _key(name)
-    key = _ALIASES.get(key, key)
-    if key not in _REGISTRY:
-        raise ConfigError(f"unknown GPU {name!r}; presets: {', '.join(gpu_names())}")
-    return _REGISTRY[key]
+    return _GPUS.get(name)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from simulator.errors import ConfigError
+from simulator.preset_registry import PresetRegistry
 
 __all__ = [
     "Dsv4Geometry",
@@ -319,55 +320,31 @@ class ModelSpec:
 # Registry (the only list of preset names)
 # --------------------------------------------------------------------------------------------------
 
-_REGISTRY: dict[str, ModelSpec] = {}
-_ALIASES: dict[str, str] = {}
-_PRESETS_LOADED = False
+
+def _load_presets() -> list[ModelSpec]:
+    text = resources.files("simulator").joinpath("presets", "models.json").read_text(encoding="utf-8")
+    return [
+        model_from_spec_dict(entry, origin="simulator/presets/models.json")
+        for entry in json.loads(text)["models"]
+    ]
 
 
-def _key(name: str) -> str:
-    return name.strip().lower()
+_MODELS: PresetRegistry[ModelSpec] = PresetRegistry("model", _load_presets)
 
 
 def register_model(spec: ModelSpec) -> None:
     """Add a model to the registry; rejects duplicate names or aliases."""
-    key = _key(spec.name)
-    if not key:
-        raise ConfigError("cannot register a model with an empty name")
-    if key in _REGISTRY or key in _ALIASES:
-        raise ConfigError(f"conflicting registration: model name {spec.name!r} already registered")
-    for alias in spec.aliases:
-        akey = _key(alias)
-        if akey in _REGISTRY or akey in _ALIASES:
-            raise ConfigError(f"conflicting registration: alias {alias!r} already registered")
-    _REGISTRY[key] = spec
-    for alias in spec.aliases:
-        _ALIASES[_key(alias)] = key
-
-
-def _ensure_presets() -> None:
-    global _PRESETS_LOADED
-    if _PRESETS_LOADED:
-        return
-    _PRESETS_LOADED = True
-    text = resources.files("simulator").joinpath("presets", "models.json").read_text(encoding="utf-8")
-    for entry in json.loads(text)["models"]:
-        register_model(model_from_spec_dict(entry, origin="simulator/presets/models.json"))
+    _MODELS.register(spec)
 
 
 def model_names() -> list[str]:
     """Sorted preset names (canonical spelling)."""
-    _ensure_presets()
-    return sorted(spec.name for spec in _REGISTRY.values())
+    return _MODELS.names()
 
 
 def get_model(name: str) -> ModelSpec:
     """Preset by name or alias (case-insensitive); ConfigError lists the valid names."""
-    _ensure_presets()
-    key = _key(name)
-    key = _ALIASES.get(key, key)
-    if key not in _REGISTRY:
-        raise ConfigError(f"unknown model {name!r}; presets: {', '.join(model_names())}")
-    return _REGISTRY[key]
+    return _MODELS.get(name)
 
 
 def load_model(name_or_path: str) -> ModelSpec:
