@@ -33,6 +33,7 @@ the worked example are in docs/cost-model.md.
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import math
@@ -771,7 +772,7 @@ class CostModel:
 
         Returns ``(dense+moe, fa, fb, sa, sb, allreduce, overhead)``, where ``x`` / ``y`` are the
         FULL / SWA context sums, so a simulator can price many steps with a few array operations
-        (:func:`decode_step_ends`). Same roofline as :meth:`decode_time` up to float rounding.
+        (:class:`DecodeClock`). Same roofline as :meth:`decode_time` up to float rounding.
         """
         n = float(bs)
         dense, moe = self._linear_parts(n, n)
@@ -925,63 +926,104 @@ class CostModel:
         }
 
 
-def decode_step_ends(
-    now: float,
-    segments: list[tuple[int, float, int, int, int, int]],
-    fa: float,
-    fb: float,
-    sa: float,
-    sb: float,
-) -> np.ndarray:
-    """End times of consecutive decode steps, priced piece by piece in closed form.
+class DecodeClock:
+    """End times of the consecutive decode steps of one jump, held as linear pieces.
 
     ``segments`` are ``(steps, C, bs, x0, y0, g)``: ``steps`` steps of one batch whose step
     ``t`` costs ``C + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))`` with ``x = x0 + bs*t``,
-    ``y = y0 + g*t`` (:meth:`decode_terms`). Each max switches branch at most once, so a
-    segment is at most three pieces whose step times are linear in ``t``; a piece's end times
-    are ``E + a*(j+1) + b*j*(j+1)/2``. A jump costs a few array operations per piece instead
-    of a dozen over every step.
+    ``y = y0 + g*t`` (:meth:`CostModel.decode_terms`). Each max switches branch at most once,
+    so a segment is at most three pieces whose step times are linear in ``j``; step ``j`` of a
+    piece ends at ``E + a*(j+1) + b*j*(j+1)/2``. Pricing a jump is Python arithmetic on a few
+    pieces; the per-step array is built only for the steps that ran (an arrival usually cuts a
+    jump short), and :meth:`end` gives one step's end bit for bit equal to :meth:`ends`.
     """
-    total = sum(seg[0] for seg in segments)
-    ends = np.empty(total, dtype=np.float64)
-    tri1, tri2 = _triangles(total)
-    e = now
-    pos = 0
-    for steps, c, n, x0, y0, g in segments:
-        # full term: fa*x0 + fa*n*t against fb*(x0+n) + fb*n*t; SWA term likewise with y0, g
-        branches = (
-            (fa * x0, fa * n, fb * (x0 + n), fb * n),
-            (sa * y0, sa * g, sb * (y0 + n), sb * g),
-        )
-        cuts = {0, steps}
-        for a1, b1, a2, b2 in branches:
-            if b1 != b2:
-                t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
-                if 0 < t_c < steps:
-                    cuts.add(math.ceil(t_c))
-        bounds = sorted(cuts)
-        for u, v in zip(bounds, bounds[1:], strict=False):
-            if v <= u:
-                continue
-            alpha, beta = c, 0.0
-            mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
+
+    __slots__ = ("_starts", "_pieces", "steps", "last_end")
+
+    def __init__(
+        self,
+        now: float,
+        segments: list[tuple[int, float, int, int, int, int]],
+        fa: float,
+        fb: float,
+        sa: float,
+        sb: float,
+    ) -> None:
+        starts: list[int] = []
+        pieces: list[tuple[int, int, float, float, float]] = []  # (start, length, E, a, b)
+        e = now
+        pos = 0
+        for steps, c, n, x0, y0, g in segments:
+            # full term: fa*x0 + fa*n*t against fb*(x0+n) + fb*n*t; SWA term likewise with y0, g
+            branches = (
+                (fa * x0, fa * n, fb * (x0 + n), fb * n),
+                (sa * y0, sa * g, sb * (y0 + n), sb * g),
+            )
+            cuts = {0, steps}
             for a1, b1, a2, b2 in branches:
-                if a1 + b1 * mid >= a2 + b2 * mid:
-                    alpha += a1
-                    beta += b1
-                else:
-                    alpha += a2
-                    beta += b2
-            length = v - u
-            alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
-            out = ends[pos : pos + length]
+                if b1 != b2:
+                    t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
+                    if 0 < t_c < steps:
+                        cuts.add(math.ceil(t_c))
+            bounds = sorted(cuts)
+            for u, v in zip(bounds, bounds[1:], strict=False):
+                if v <= u:
+                    continue
+                alpha, beta = c, 0.0
+                mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
+                for a1, b1, a2, b2 in branches:
+                    if a1 + b1 * mid >= a2 + b2 * mid:
+                        alpha += a1
+                        beta += b1
+                    else:
+                        alpha += a2
+                        beta += b2
+                length = v - u
+                alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
+                starts.append(pos)
+                pieces.append((pos, length, e, alpha, beta))
+                e += alpha * length + beta * (length - 1) * length * 0.5
+                pos += length
+        self._starts = starts
+        self._pieces = pieces
+        self.steps = pos
+        self.last_end = self.end(pos - 1) if pos else now
+
+    def end(self, step: int) -> float:
+        """When step ``step`` (0-based) ends; the same float as ``ends()[step]``."""
+        start, _, e, alpha, beta = self._pieces[bisect.bisect_right(self._starts, step) - 1]
+        j = float(step - start)
+        v = (j + 1.0) * alpha  # the operations of ends(), in its order
+        if beta:
+            v += j * (j + 1.0) * 0.5 * beta
+        return v + e
+
+    def steps_ended_by(self, t: float) -> int:
+        """How many steps have ended at time ``t`` (``ends().searchsorted(t, "right")``)."""
+        lo, hi = 0, self.steps
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.end(mid) <= t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def ends(self, steps: int | None = None) -> np.ndarray:
+        """End times of the first ``steps`` steps (all by default), as one array."""
+        total = self.steps if steps is None else steps
+        out_all = np.empty(total, dtype=np.float64)
+        tri1, tri2 = _triangles(total)
+        for start, length, e, alpha, beta in self._pieces:
+            if start >= total:
+                break
+            length = min(length, total - start)
+            out = out_all[start : start + length]
             np.multiply(tri1[:length], alpha, out=out)
             if beta:
                 out += tri2[:length] * beta
             out += e
-            e += alpha * length + beta * (length - 1) * length * 0.5
-            pos += length
-    return ends
+        return out_all
 
 
 _TRIANGLES: list[np.ndarray] = [np.ones(0), np.zeros(0)]

@@ -219,23 +219,57 @@ def _step_ends_by_loop(now, segments, fa, fb, sa, sb):
     ),
     coeffs=st.tuples(*[st.floats(1e-12, 1e-8)] * 4),
 )
-def test_decode_step_ends_equals_the_step_loop(now, segments, coeffs) -> None:
+def test_decode_clock_equals_the_step_loop(now, segments, coeffs) -> None:
     """The closed-form jump pricing (pieces where a roofline max switches branch included)
     equals pricing and summing each step, to rounding."""
     fa, fb, sa, sb = coeffs
-    fast = cost_module.decode_step_ends(now, segments, fa, fb, sa, sb)
+    fast = cost_module.DecodeClock(now, segments, fa, fb, sa, sb).ends()
     slow = _step_ends_by_loop(now, segments, fa, fb, sa, sb)
     assert fast.shape == (len(slow),)
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-12)
 
 
-def test_decode_step_ends_switches_branch_inside_a_segment() -> None:
+@settings(max_examples=200, deadline=None)
+@given(
+    now=st.floats(0, 1e4),
+    segments=st.lists(
+        st.tuples(
+            st.integers(1, 200),
+            st.floats(1e-4, 1e-2),
+            st.integers(1, 64),
+            st.integers(0, 2_000_000),
+            st.integers(0, 20_000),
+            st.integers(0, 64),
+        ),
+        min_size=1,
+        max_size=4,
+    ),
+    coeffs=st.tuples(*[st.floats(1e-12, 1e-8)] * 4),
+    probes=st.lists(st.floats(0, 1), min_size=1, max_size=8),
+)
+def test_decode_clock_scalar_queries_match_its_array(now, segments, coeffs, probes) -> None:
+    """``end(j)`` is the same float as ``ends()[j]`` (finish times and the recorded step times
+    must agree exactly), ``steps_ended_by`` is ``searchsorted(..., "right")``, and a prefix of
+    the array is the array's prefix."""
+    clock = cost_module.DecodeClock(now, segments, *coeffs)
+    ends = clock.ends()
+    assert clock.steps == len(ends) and clock.last_end == ends[-1]
+    assert [clock.end(j) for j in range(len(ends))] == ends.tolist()
+    span = ends[-1] - now
+    for q in probes:
+        for t in (now + q * span * 1.1, ends[int(q * (len(ends) - 1))]):
+            assert clock.steps_ended_by(t) == int(ends.searchsorted(t, side="right"))
+    cut = max(1, int(probes[0] * len(ends)))
+    assert clock.ends(cut).tolist() == ends[:cut].tolist()
+
+
+def test_decode_clock_switches_branch_inside_a_segment() -> None:
     # with x = n*t, fa*x overtakes fb*(x+n) at t = fb / (fa - fb): 10, 3.33 and 1 here; the SWA
     # term (y = 64*t) switches at t = n / 16, so a segment splits into up to three pieces
     for fa in (1.1e-9, 1.3e-9, 2e-9):
         for now, n in ((0.0, 10), (5.0, 1000)):
             segments = [(50, 1e-3, n, 0, 0, 64), (20, 2e-3, n // 2 or 1, 7_000, 900, 3)]
-            fast = cost_module.decode_step_ends(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
+            fast = cost_module.DecodeClock(now, segments, fa, 1e-9, 1.25e-9, 1e-9).ends()
             slow = _step_ends_by_loop(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
             np.testing.assert_allclose(fast, slow, rtol=1e-13)
 

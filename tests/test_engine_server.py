@@ -169,6 +169,40 @@ def test_fast_forward_is_exact_on_the_bundled_trace(swa):
     assert counters[0]["evictions"]["calls"] > 0
 
 
+def test_announced_arrivals_give_the_interrupted_run_exactly(monkeypatch):
+    """The open loop announces its send times so a jump can stop at the step in flight; a run
+    where every arrival interrupts its jump instead is the same run, bit for bit."""
+    from pathlib import Path
+
+    from simulator.engine.metrics import Recorder
+    from simulator.engine.simulate import simulate
+    from traces import load_trace
+
+    trace = load_trace(
+        Path(__file__).resolve().parents[1] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
+    )
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=2, page_size=64)
+    interrupts = []
+    real_interrupt = simpy.Process.interrupt
+
+    def counting_interrupt(self, cause=None):
+        interrupts[-1] += 1
+        return real_interrupt(self, cause)
+
+    monkeypatch.setattr(simpy.Process, "interrupt", counting_interrupt)
+    frames = []
+    for announce in (True, False):
+        if not announce:
+            monkeypatch.setattr(ServerModel, "expect_arrival", lambda self, t: None)
+        interrupts.append(0)
+        rec = Recorder.from_config(cfg)
+        simulate(trace, cfg, rec)
+        frames.append(rec.frames())
+    for name in ("requests", "decode_steps", "prefill_batches"):
+        assert frames[0][name].equals(frames[1][name]), name
+    assert interrupts[1] >= 20 and interrupts[0] == 0, interrupts  # no session waits for a parent here
+
+
 @pytest.mark.parametrize("pools", POOLS, ids=["page64", "page1"])
 @pytest.mark.parametrize("tombstone,swa", [("unified", "interval"), ("legacy", "none")])
 def test_overlap_schedule_processes_results_one_step_late(pools, tombstone, swa):

@@ -256,11 +256,16 @@ def _open_loop(
 
     roots = np.flatnonzero(~waits)
     roots = roots[np.argsort(own[roots], kind="stable")]
+    expect = getattr(server, "expect_arrival", None)  # optional: lets the server plan its jumps
     for i, t in zip(roots.tolist(), own[roots].tolist(), strict=True):
         delay = t0 + t - env.now
         if delay > 0:
+            if expect is not None:
+                expect(env.now + delay)  # the float simpy will schedule at
             yield env.timeout(delay)
         submit(i)
+    if expect is not None:
+        expect(math.inf)
     yield tracker.all_done
     return stats
 

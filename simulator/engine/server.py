@@ -22,7 +22,7 @@ import simpy
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import SWA_EVICTION, DecodeContext
 from policies.tombstone import TOMBSTONING
-from simulator.cost_model import decode_step_ends
+from simulator.cost_model import DecodeClock
 from simulator.engine.config import SimConfig
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
@@ -84,23 +84,25 @@ class _FinishChain:
     a finish at the jump's last step reaches its client before the server resumes.
     """
 
-    __slots__ = ("server", "batch", "finishing", "ends", "pos", "limit")
+    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit")
 
-    def __init__(self, server: ServerModel, batch: list, finishing: list[tuple[int, int]], ends) -> None:
-        self.server, self.batch, self.finishing, self.ends = server, batch, finishing, ends
+    def __init__(
+        self, server: ServerModel, batch: list, finishing: list[tuple[int, int]], clock: DecodeClock
+    ) -> None:
+        self.server, self.batch, self.finishing, self.clock = server, batch, finishing, clock
         self.pos = 0
-        self.limit = len(ends)  # steps at or past it are not reached (the jump was cut short)
+        self.limit = clock.steps  # steps at or past it are not reached (the jump was cut short)
         self._schedule(server.env.now)
 
     def _schedule(self, now: float) -> None:
         step = self.finishing[self.pos][0]
-        _UrgentTimeout(self.server.env, float(self.ends[step]) - now).callbacks.append(self._fire)
+        _UrgentTimeout(self.server.env, self.clock.end(step) - now).callbacks.append(self._fire)
 
     def _fire(self, _event) -> None:
         step = self.finishing[self.pos][0]
         if step >= self.limit:
             return
-        t = float(self.ends[step])
+        t = self.clock.end(step)
         finishing = self.finishing
         while self.pos < len(finishing) and finishing[self.pos][0] == step:
             self.server._notify_finish(self.batch[finishing[self.pos][1]], t)
@@ -196,7 +198,9 @@ class ServerModel:
         self.aborts = 0
         self.overlap_extra_slots = 0  # decode slots spent on requests already finished (overlap)
         self._wakeup: simpy.Event | None = None
-        self._in_jump = False  # the loop is inside a fast-forwarded decode span
+        # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
+        self._interrupt_before = -math.inf
+        self._next_arrival = math.inf  # the client's announced next submission (open loop)
         self._terms_cache: dict[int, tuple] = {}
         self.obs.on_start(
             PoolCapacity(self.allocator.full_capacity, self.allocator.swa_capacity),
@@ -232,10 +236,18 @@ class ServerModel:
         self.obs.on_arrival(sim)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
-        if self._in_jump:
-            self._in_jump = False
+        if self.env.now < self._interrupt_before:
+            self._interrupt_before = -math.inf
             self.process.interrupt("arrival")
         return req.done
+
+    def expect_arrival(self, t: float) -> None:
+        """The client's next submission will be at ``t`` (an open loop knows its send times).
+
+        A decode jump then plans to stop at the step in flight at ``t`` instead of being
+        interrupted by the arrival; the outcome is the same, without the interrupt's events.
+        """
+        self._next_arrival = t
 
     @property
     def idle(self) -> bool:
@@ -874,38 +886,52 @@ class ServerModel:
             below = [x for x in ctx if x < w]
             y0 = sum(below) + w * (len(ctx) - len(below))
             priced.append((b - a, base + allreduce + overhead, len(members), sum(ctx), y0, len(below)))
-        ends = decode_step_ends(now, priced, fa, fb, sa, sb)
+        clock = DecodeClock(now, priced, fa, fb, sa, sb)
         m = k
-        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= k)
-        chain = _FinishChain(self, batch, finishing, ends) if finishing else None
-        self._in_jump = True
+        if now < self._next_arrival < clock.last_end:
+            # the announced arrival lands in step m - 1: the jump ends with that step
+            m = min(k, clock.steps_ended_by(self._next_arrival) + 1)
+        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= m)
+        chain = _FinishChain(self, batch, finishing, clock) if finishing else None
+        # an arrival during the last planned step changes nothing; one before it cuts the jump
+        self._interrupt_before = clock.end(m - 2) if m > 1 else now
         try:
-            yield self.env.timeout(float(ends[-1]) - now)
+            yield self.env.timeout(clock.end(m - 1) - now)
         except simpy.Interrupt:
             # a request arrived: the step in flight completes before the scheduler sees it
-            self._in_jump = False
-            done = int(ends.searchsorted(self.env.now, side="right"))
-            m = min(k, done + 1)
+            self._interrupt_before = -math.inf
+            m = min(m, clock.steps_ended_by(self.env.now) + 1)
             if chain is not None:
                 chain.limit = m  # finishes past the step in flight are not reached
-            remaining = float(ends[m - 1]) - self.env.now
+            remaining = clock.end(m - 1) - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
         finally:
-            self._in_jump = False
+            self._interrupt_before = -math.inf
+        ends = clock.ends(m)
         forward0 = self.forward_ct
+        ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
+        bulk = self._replay_jump(batch, seqs, ran, m, forward0)
+        offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
         for a, b, members in segments:
             if a >= m:
                 break
             b = min(b, m)
             reqs = [batch[i] for i in members]
-            used_full, used_swa = self._replay_quiet_steps(
-                reqs, [seqs[i] + a for i in members], b - a, forward0 + a
-            )
-            for r in reqs:
-                r.kv_allocated_len += b - a
-                r.decode_batch_idx += b - a
-                r.num_outputs += b - a
+            if bulk is None:
+                used_full, used_swa = self._replay_quiet_steps(
+                    reqs, [seqs[i] + a for i in members], b - a, forward0 + a
+                )
+                for r in reqs:
+                    r.kv_allocated_len += b - a
+                    r.decode_batch_idx += b - a
+                    r.num_outputs += b - a
+            else:
+                used_full, used_swa = bulk[0][a:b], bulk[1][a:b]
+                if offset_full:
+                    used_full = used_full + offset_full
+                if offset_swa:
+                    used_swa = used_swa + offset_swa
             sims = [r.sim for r in reqs]
             if b == m and self.waiting:
                 # requests arrived during the last step: the steps before it saw an empty queue
@@ -916,17 +942,70 @@ class ServerModel:
                 )
             else:
                 self.obs.on_decode_steps(ends[a:b], sims, used_full, used_swa, 0)
-            done_now = [r for r in reqs if r.num_outputs >= r.output_len]
+            # members that produce their last token at this segment's last step
+            done_now = [r for i, r in zip(members, reqs) if last[i] < b and r.num_outputs >= r.output_len]
             if done_now:
+                before = self._used() if bulk is not None else None
                 self.allocator.free_group_begin()
                 for r in done_now:
                     self._release_finished(r)
                 self.allocator.free_group_end()
+                if before is not None:
+                    after = self._used()
+                    offset_full += after[0] - before[0]
+                    offset_swa += after[1] - before[1]
         self.forward_ct = forward0 + m
         self.decode_steps += m
         self.ratio.on_decode_steps(m)
         self.running = [r for r in batch if r.num_outputs < r.output_len]
         self._check()
+
+    def _replay_jump(
+        self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A whole jump's memory operations at once, when no step of it can evict.
+
+        Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
+        jump opens with a full batch to spare, no step runs short (releases only add free pages),
+        so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
+        one go, and each request's counters advance. Returns the per-step ``#full token`` /
+        ``#swa token`` before any release inside the jump, or None (nothing done) otherwise; the
+        caller then replays segment by segment (:meth:`_replay_quiet_steps`).
+        """
+        p = self.page_size
+        a = self.allocator
+        opens: list[int] = []  # the steps at which a page is opened, one entry per page
+        for x, n in zip(seqs0, ran, strict=True):
+            f = (-x) % p  # the first step at which this request opens a page
+            if f < n:
+                opens.extend(range(f, n, p))
+        if min(a.full_free, a.swa_free) - len(opens) < len(batch):
+            return None
+        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
+        events = [ev for r, n in zip(batch, ran, strict=True) if n for ev in self.swa_policy.run_steps(r, ctx, n)]
+        full_used0, swa_used0 = self._used()
+        if opens:
+            used_full = np.bincount(opens, minlength=m).cumsum()
+            used_full *= p
+            used_full += full_used0
+        else:
+            used_full = np.full(m, full_used0, dtype=np.int64)
+        used_swa = used_full + (swa_used0 - full_used0)
+        frees_total = 0
+        if events:
+            frees = np.zeros(m, dtype=np.int64)
+            for step, freed in events:
+                frees[step] += freed // p
+            frees_total = int(frees.sum())
+            if frees_total:
+                used_swa -= frees.cumsum() * p
+        self.swa_freed_by_decode += frees_total * p
+        a.alloc_pages_and_free_swa(len(opens), frees_total)
+        for r, n in zip(batch, ran, strict=True):
+            r.kv_allocated_len += n
+            r.decode_batch_idx += n
+            r.num_outputs += n
+        return used_full, used_swa
 
     def _decode_terms(self, bs: int) -> tuple:
         terms = self._terms_cache.get(bs)
