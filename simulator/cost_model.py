@@ -954,30 +954,35 @@ class DecodeClock:
         e = now
         pos = 0
         for steps, c, n, x0, y0, g in segments:
-            # full term: fa*x0 + fa*n*t against fb*(x0+n) + fb*n*t; SWA term likewise with y0, g
-            branches = (
-                (fa * x0, fa * n, fb * (x0 + n), fb * n),
-                (sa * y0, sa * g, sb * (y0 + n), sb * g),
-            )
-            cuts = {0, steps}
-            for a1, b1, a2, b2 in branches:
-                if b1 != b2:
-                    t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
-                    if 0 < t_c < steps:
-                        cuts.add(math.ceil(t_c))
-            bounds = sorted(cuts)
+            # full term: max(a1 + b1*t, a2 + b2*t) with a1 = fa*x0, b1 = fa*n, a2 = fb*(x0+n),
+            # b2 = fb*n; SWA term likewise (a3, b3, a4, b4) with y0 and g
+            a1, b1, a2, b2 = fa * x0, fa * n, fb * (x0 + n), fb * n
+            a3, b3, a4, b4 = sa * y0, sa * g, sb * (y0 + n), sb * g
+            bounds = [0, steps]
+            if b1 != b2:
+                t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
+                if 0 < t_c < steps:
+                    bounds.append(math.ceil(t_c))
+            if b3 != b4:
+                t_c = (a4 - a3) / (b3 - b4)
+                if 0 < t_c < steps:
+                    bounds.append(math.ceil(t_c))
+            if len(bounds) > 2:
+                bounds = sorted(set(bounds))
             for u, v in zip(bounds, bounds[1:], strict=False):
                 if v <= u:
                     continue
-                alpha, beta = c, 0.0
                 mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
-                for a1, b1, a2, b2 in branches:
-                    if a1 + b1 * mid >= a2 + b2 * mid:
-                        alpha += a1
-                        beta += b1
-                    else:
-                        alpha += a2
-                        beta += b2
+                if a1 + b1 * mid >= a2 + b2 * mid:
+                    alpha, beta = c + a1, b1
+                else:
+                    alpha, beta = c + a2, b2
+                if a3 + b3 * mid >= a4 + b4 * mid:
+                    alpha += a3
+                    beta += b3
+                else:
+                    alpha += a4
+                    beta += b4
                 length = v - u
                 alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
                 starts.append(pos)
@@ -999,15 +1004,30 @@ class DecodeClock:
         return v + e
 
     def steps_ended_by(self, t: float) -> int:
-        """How many steps have ended at time ``t`` (``ends().searchsorted(t, "right")``)."""
-        lo, hi = 0, self.steps
-        while lo < hi:
-            mid = (lo + hi) // 2
-            if self.end(mid) <= t:
-                lo = mid + 1
-            else:
-                hi = mid
-        return lo
+        """How many steps have ended at time ``t`` (``ends().searchsorted(t, "right")``).
+
+        Finds the piece, estimates the step from the piece's quadratic, then settles the answer
+        with exact :meth:`end` comparisons (end times increase: every step takes time)."""
+        pieces = self._pieces
+        i = 0
+        while i + 1 < len(pieces) and pieces[i + 1][2] <= t:  # a piece's E = the end before it
+            i += 1
+        start, length, e, alpha, beta = pieces[i]
+        # steps of this piece ended by t: the largest n with alpha*n + beta*n*(n-1)/2 <= t - e
+        d = t - e
+        if beta:
+            b = alpha - beta * 0.5
+            disc = b * b + 2.0 * beta * d
+            guess = (math.sqrt(disc) - b) / beta if disc > 0 else 0.0
+        else:
+            guess = d / alpha if alpha > 0 else float(length)
+        n = start + min(max(int(guess), 0), length)
+        # settle across piece borders too: E is summed, not evaluated, so it may differ by an ulp
+        while n > 0 and self.end(n - 1) > t:
+            n -= 1
+        while n < self.steps and self.end(n) <= t:
+            n += 1
+        return n
 
     def ends(self, steps: int | None = None) -> np.ndarray:
         """End times of the first ``steps`` steps (all by default), as one array."""
