@@ -943,7 +943,9 @@ class ServerModel:
             else:
                 self.obs.on_decode_steps(ends[a:b], sims, used_full, used_swa, 0)
             # members that produce their last token at this segment's last step
-            done_now = [r for i, r in zip(members, reqs) if last[i] < b and r.num_outputs >= r.output_len]
+            done_now = [
+                r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
+            ]
             if done_now:
                 before = self._used() if bulk is not None else None
                 self.allocator.free_group_begin()
@@ -982,7 +984,8 @@ class ServerModel:
         if min(a.full_free, a.swa_free) - len(opens) < len(batch):
             return None
         ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
-        events = [ev for r, n in zip(batch, ran, strict=True) if n for ev in self.swa_policy.run_steps(r, ctx, n)]
+        run_steps = self.swa_policy.run_steps
+        events = [ev for r, n in zip(batch, ran, strict=True) if n for ev in run_steps(r, ctx, n)]
         full_used0, swa_used0 = self._used()
         if opens:
             used_full = np.bincount(opens, minlength=m).cumsum()
