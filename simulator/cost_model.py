@@ -994,6 +994,12 @@ class DecodeClock:
         self.steps = pos
         self.last_end = self.end(pos - 1) if pos else now
 
+    @property
+    def pieces(self) -> list[tuple[int, int, float, float, float]]:
+        """``(first step, steps, E, a, b)`` per piece: step ``first + j`` ends at
+        ``(j+1)*a + j*(j+1)/2*b + E`` (operations in that order)."""
+        return self._pieces
+
     def end(self, step: int) -> float:
         """When step ``step`` (0-based) ends; the same float as ``ends()[step]``."""
         start, _, e, alpha, beta = self._pieces[bisect.bisect_right(self._starts, step) - 1]
@@ -1033,7 +1039,7 @@ class DecodeClock:
         """End times of the first ``steps`` steps (all by default), as one array."""
         total = self.steps if steps is None else steps
         out_all = np.empty(total, dtype=np.float64)
-        tri1, tri2 = _triangles(total)
+        tri1, tri2 = triangles(total)
         for start, length, e, alpha, beta in self._pieces:
             if start >= total:
                 break
@@ -1049,7 +1055,7 @@ class DecodeClock:
 _TRIANGLES: list[np.ndarray] = [np.ones(0), np.zeros(0)]
 
 
-def _triangles(n: int) -> tuple[np.ndarray, np.ndarray]:
+def triangles(n: int) -> tuple[np.ndarray, np.ndarray]:
     """``(j + 1, j*(j+1)/2)`` for ``j < n``, grown on demand and reused across calls."""
     if len(_TRIANGLES[0]) < n:
         j = np.arange(max(n, 2 * len(_TRIANGLES[0])), dtype=np.float64)

@@ -32,6 +32,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.engine.config import SimConfig
+from simulator.engine.decode_jump import DecodeJump, materialize
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
 
@@ -171,11 +172,11 @@ class Recorder(ServerObserver):
         self.end_s: float = math.nan
         self._reqs: dict[int, SimRequest] = {}  # id(req) -> req, in first-seen order
         self._finished = 0
-        # decode steps: per-call arrays plus per-call constants (expanded with np.repeat)
-        self._d_time: list[np.ndarray] = []
-        self._d_full: list[np.ndarray] = []
-        self._d_swa: list[np.ndarray] = []
+        # decode steps, in order: (times, #full, #swa) arrays or a DecodeJump kept in closed
+        # form, plus per-call constants (expanded with np.repeat)
+        self._d_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray] | DecodeJump] = []
         self._d_const: list[tuple[int, int, int, int, float]] = []  # (steps, running, queue, round, share)
+        self._d_arrays: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._n_steps = 0
         self._tokens_since_log = 0
         self._last_log_t = 0.0
@@ -242,15 +243,33 @@ class Recorder(ServerObserver):
         swa = _steps_array(swa_used, k)
         running = len(batch)
         rnd, share = majority_round(batch)
-        self._d_time.append(t)
-        self._d_full.append(full)
-        self._d_swa.append(swa)
+        self._d_chunks.append((t, full, swa))
         self._d_const.append((k, running, int(queue), rnd, share))
         if self.log_decode:
             self._log_steps(t, full, swa, running, int(queue))
         else:
             self._tokens_since_log += running * k
         self._n_steps += k
+
+    def on_decode_jump(self, jump: DecodeJump) -> None:
+        """Keep the jump in closed form; :meth:`_decode_arrays` builds all jumps' arrays at once.
+        With ``log_decode`` the steps are needed now, so they go through :meth:`on_decode_steps`."""
+        if self.log_decode:
+            super().on_decode_jump(jump)
+            return
+        self._d_chunks.append(jump)
+        const = self._d_const
+        for seg in jump.segments:
+            running = len(seg.batch)
+            rnd, share = majority_round(seg.batch)
+            k = seg.end - seg.first
+            if seg.end == jump.steps and jump.queue:  # the last step saw a queue
+                if k > 1:
+                    const.append((k - 1, running, 0, rnd, share))
+                const.append((1, running, jump.queue, rnd, share))
+            else:
+                const.append((k, running, 0, rnd, share))
+        self._n_steps += jump.steps
 
     def on_first_token(self, req: SimRequest) -> None:
         self._reqs.setdefault(id(req), req)
@@ -350,17 +369,37 @@ class Recorder(ServerObserver):
             columns=list(REQUEST_FRAME_COLUMNS),
         )
 
+    def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(time, #full token, #swa token) of every decode step so far, jumps materialised in
+        one pass (:func:`materialize`) and cached until the next record."""
+        chunks = self._d_chunks
+        if self._d_arrays is not None and self._d_arrays[0] == len(chunks):
+            return self._d_arrays[1]
+        jumps = [c for c in chunks if isinstance(c, DecodeJump)]
+        j_time, j_full, j_swa = materialize(jumps)
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        pos = 0
+        for c in chunks:
+            if isinstance(c, DecodeJump):
+                end = pos + c.steps
+                parts.append((j_time[pos:end], j_full[pos:end], j_swa[pos:end]))
+                pos = end
+            else:
+                parts.append(c)
+        out = tuple(np.concatenate([x[i] for x in parts]) for i in range(3))
+        self._d_arrays = (len(chunks), out)
+        return out
+
     def _decode_frame(self) -> pd.DataFrame:
-        if not self._d_time:
+        if not self._d_chunks:
             return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
         const = np.array(self._d_const, dtype=np.float64)
         reps = const[:, 0].astype(np.int64)
-        full = np.concatenate(self._d_full)
-        swa = np.concatenate(self._d_swa)
+        time, full, swa = self._decode_arrays()
         return pd.DataFrame(
             {
                 "step": np.arange(1, len(full) + 1, dtype=np.int64),
-                "time_s": np.concatenate(self._d_time),
+                "time_s": time,
                 "running": np.repeat(const[:, 1].astype(np.int64), reps),
                 "queue": np.repeat(const[:, 2].astype(np.int64), reps),
                 "full_token": full,

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.decode_jump import DecodeJump
 from simulator.engine.request import SimRequest
 
 
@@ -58,6 +59,16 @@ class ServerObserver:
         report many steps at once when it fast-forwards. The server hands the arrays over and
         never writes to them again, so an observer may keep them without copying.
         """
+
+    def on_decode_jump(self, jump: DecodeJump) -> None:
+        """A fast-forwarded jump, in closed form (its finishes were reported before it).
+
+        The default hands it on as :meth:`on_decode_steps` calls, one per batch segment; an
+        observer may instead keep the record and build its arrays later
+        (:func:`~simulator.engine.decode_jump.materialize`).
+        """
+        for ends, batch, full, swa, queue in jump.step_calls():
+            self.on_decode_steps(ends, batch, full, swa, queue)
 
     def on_first_token(self, req: SimRequest) -> None:
         """``req.first_token_s`` was just set."""

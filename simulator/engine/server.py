@@ -24,6 +24,7 @@ from policies.swa_eviction import SWA_EVICTION, DecodeContext
 from policies.tombstone import TOMBSTONING
 from simulator.cost_model import DecodeClock
 from simulator.engine.config import SimConfig
+from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
 from simulator.errors import ConfigError, KvplanError
@@ -908,54 +909,50 @@ class ServerModel:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        ends = clock.ends(m)
         forward0 = self.forward_ct
+        p = self.page_size
         ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
         bulk = self._replay_jump(batch, seqs, ran, m, forward0)
+        opens: list[int] = bulk[2] if bulk is not None else []  # a page opens at each, in step order
+        frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []  # (step, SWA pages)
+        recorded: list[JumpSegment] = []
         offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
         for a, b, members in segments:
             if a >= m:
                 break
             b = min(b, m)
             reqs = [batch[i] for i in members]
-            if bulk is None:
-                used_full, used_swa = self._replay_quiet_steps(
+            if bulk is None:  # a step of it may evict: SGLang's per-step sequence, segment by segment
+                full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                     reqs, [seqs[i] + a for i in members], b - a, forward0 + a
                 )
+                opens.extend(a + x for x in seg_opens)
+                frees.extend((a + x, pages) for x, pages in seg_frees)
                 for r in reqs:
                     r.kv_allocated_len += b - a
                     r.decode_batch_idx += b - a
                     r.num_outputs += b - a
             else:
-                used_full, used_swa = bulk[0][a:b], bulk[1][a:b]
-                if offset_full:
-                    used_full = used_full + offset_full
-                if offset_swa:
-                    used_swa = used_swa + offset_swa
-            sims = [r.sim for r in reqs]
-            if b == m and self.waiting:
-                # requests arrived during the last step: the steps before it saw an empty queue
-                if b - a > 1:
-                    self.obs.on_decode_steps(ends[a : b - 1], sims, used_full[:-1], used_swa[:-1], 0)
-                self.obs.on_decode_steps(
-                    ends[b - 1 : b], sims, used_full[-1:], used_swa[-1:], len(self.waiting)
-                )
-            else:
-                self.obs.on_decode_steps(ends[a:b], sims, used_full, used_swa, 0)
+                opened = bisect.bisect_left(opens, a)
+                freed = sum(pages for x, pages in frees if x < a)
+                full_base = bulk[0] + offset_full + opened * p
+                swa_base = bulk[1] + offset_swa + (opened - freed) * p
+            recorded.append(JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base))
             # members that produce their last token at this segment's last step
             done_now = [
                 r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
             ]
             if done_now:
-                before = self._used() if bulk is not None else None
+                before = self._used()
                 self.allocator.free_group_begin()
                 for r in done_now:
                     self._release_finished(r)
                 self.allocator.free_group_end()
-                if before is not None:
-                    after = self._used()
-                    offset_full += after[0] - before[0]
-                    offset_swa += after[1] - before[1]
+                after = self._used()
+                offset_full += after[0] - before[0]
+                offset_swa += after[1] - before[1]
+        # requests that arrived during the last step are in the queue it reports
+        self.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(self.waiting)))
         self.forward_ct = forward0 + m
         self.decode_steps += m
         self.ratio.on_decode_steps(m)
@@ -964,51 +961,44 @@ class ServerModel:
 
     def _replay_jump(
         self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
-    ) -> tuple[np.ndarray, np.ndarray] | None:
+    ) -> tuple[int, int, list[int], list[tuple[int, int]]] | None:
         """A whole jump's memory operations at once, when no step of it can evict.
 
         Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
         jump opens with a full batch to spare, no step runs short (releases only add free pages),
         so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
-        one go, and each request's counters advance. Returns the per-step ``#full token`` /
-        ``#swa token`` before any release inside the jump, or None (nothing done) otherwise; the
-        caller then replays segment by segment (:meth:`_replay_quiet_steps`).
+        one go, and each request's counters advance. Returns ``#full token`` / ``#swa token``
+        before the jump, the steps that open a page (sorted, one entry per page) and the
+        ``(step, pages)`` SWA frees; or None (nothing done) otherwise, and the caller replays
+        segment by segment (:meth:`_replay_quiet_steps`).
         """
         p = self.page_size
         a = self.allocator
-        opens: list[int] = []  # the steps at which a page is opened, one entry per page
+        opens: list[int] = []
         for x, n in zip(seqs0, ran, strict=True):
             f = (-x) % p  # the first step at which this request opens a page
             if f < n:
                 opens.extend(range(f, n, p))
         if min(a.full_free, a.swa_free) - len(opens) < len(batch):
             return None
+        opens.sort()
         ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
         run_steps = self.swa_policy.run_steps
-        events = [ev for r, n in zip(batch, ran, strict=True) if n for ev in run_steps(r, ctx, n)]
+        frees = [
+            (step, freed // p)
+            for r, n in zip(batch, ran, strict=True)
+            if n
+            for step, freed in run_steps(r, ctx, n)
+        ]
         full_used0, swa_used0 = self._used()
-        if opens:
-            used_full = np.bincount(opens, minlength=m).cumsum()
-            used_full *= p
-            used_full += full_used0
-        else:
-            used_full = np.full(m, full_used0, dtype=np.int64)
-        used_swa = used_full + (swa_used0 - full_used0)
-        frees_total = 0
-        if events:
-            frees = np.zeros(m, dtype=np.int64)
-            for step, freed in events:
-                frees[step] += freed // p
-            frees_total = int(frees.sum())
-            if frees_total:
-                used_swa -= frees.cumsum() * p
-        self.swa_freed_by_decode += frees_total * p
-        a.alloc_pages_and_free_swa(len(opens), frees_total)
+        freed_pages = sum(pages for _, pages in frees)
+        self.swa_freed_by_decode += freed_pages * p
+        a.alloc_pages_and_free_swa(len(opens), freed_pages)
         for r, n in zip(batch, ran, strict=True):
             r.kv_allocated_len += n
             r.decode_batch_idx += n
             r.num_outputs += n
-        return used_full, used_swa
+        return full_used0, swa_used0, opens, frees
 
     def _decode_terms(self, bs: int) -> tuple:
         terms = self._terms_cache.get(bs)
@@ -1024,13 +1014,17 @@ class ServerModel:
         sim.retractions = r.extra.get("retractions", 0)
         r.done.succeed(sim)
 
-    def _replay_quiet_steps(self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int):
+    def _replay_quiet_steps(
+        self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int
+    ) -> tuple[int, int, list[int], list[tuple[int, int]]]:
         """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
 
         Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
         ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
-        pool runs short, allocations and SWA frees are applied in bulk. Returns the per-step
-        ``#full token`` and ``#swa token`` (evictions move evictable to available: no change).
+        pool runs short, allocations and SWA frees are applied in bulk. Returns ``#full token``
+        and ``#swa token`` before the steps, the steps that open a page (one entry per page) and
+        the ``(step, pages)`` SWA frees: evictions move evictable to available, so they change
+        neither count (:class:`JumpSegment`).
         """
         bs = len(batch)
         p = self.page_size
@@ -1049,17 +1043,12 @@ class ServerModel:
         self.swa_freed_by_decode += frees_total * p
         full_used0, swa_used0 = self._used()
         pages_through = opens.cumsum()
+        open_steps = np.repeat(np.arange(m), opens).tolist()
+        free_list = [(step, freed // p) for step, freed in events]
         if min(a.full_free, a.swa_free) - total >= bs:
-            # free pages never drop below a batch's worth: no step evicts (the common case)
+            # free pages never drop below a batch's worth: no step evicts
             a.alloc_pages_and_free_swa(total, frees_total)
-            used_full = pages_through * p
-            used_full += full_used0
-            if not frees_total:
-                return used_full, used_full + (swa_used0 - full_used0)
-            frees = np.zeros(m, dtype=np.int64)
-            for step, freed in events:
-                frees[step] += freed // p
-            return used_full, used_full + (swa_used0 - full_used0) - frees.cumsum() * p
+            return full_used0, swa_used0, open_steps, free_list
         frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
         for step, freed in events:
             frees[step] += freed // p
@@ -1086,6 +1075,4 @@ class ServerModel:
                 raise OutOfMemory("decode out of memory inside a fast-forwarded span")
             a.alloc_pages(int(opens[t]))
             s = t + 1
-        used_full = full_used0 + pages_through * p
-        used_swa = swa_used0 + pages_through * p - np.cumsum(frees) * p
-        return used_full, used_swa
+        return full_used0, swa_used0, open_steps, free_list
