@@ -68,6 +68,11 @@ class SWAEvictionPolicy(ABC):
             req.num_outputs, req.decode_batch_idx = outs0, idx0
         return events
 
+    def run_batch(self, reqs: list, ctx: DecodeContext, steps: list[int]) -> list[tuple[int, int]]:
+        """:meth:`run_steps` of each request of a batch (request ``i`` runs ``steps[i]`` steps),
+        all ``(step, freed)`` events in one list."""
+        return [ev for req, n in zip(reqs, steps, strict=True) if n for ev in self.run_steps(req, ctx, n)]
+
 
 @SWA_EVICTION.register("none", "keep a request's SWA until it finishes (before PR 17220)")
 class NoDecodeEviction(SWAEvictionPolicy):
@@ -158,3 +163,14 @@ class IntervalEviction(SWAEvictionPolicy):
             freed = free_out_of_window_0523(req, seq0 + s - 1, w, p, ctx.allocator, eviction_interval=1)
             events.append((s, freed))
             s += 1
+
+    def run_batch(self, reqs: list, ctx: DecodeContext, steps: list[int]) -> list[tuple[int, int]]:
+        """:meth:`run_steps` per request, skipping the call for a request whose next trigger lies
+        past its steps (most of them: a trigger comes once every ``interval`` tokens)."""
+        events: list[tuple[int, int]] = []
+        due = self.interval + ctx.window + 1
+        for req, n in zip(reqs, steps, strict=True):
+            first = req.swa_evicted_seqlen + due - (req.prompt_len + req.num_outputs)  # seqlen
+            if max(first, 1 - req.decode_batch_idx) < n:
+                events.extend(self.run_steps(req, ctx, n))
+        return events

@@ -874,19 +874,25 @@ class ServerModel:
         last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
         cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
         segments: list[tuple[int, int, list[int]]] = []  # (first step, end step, member indices)
-        a = 0
-        for b in cuts:
-            segments.append((a, b, [i for i, f in enumerate(last) if f >= a]))
-            a = b
         # each segment's batch size and FULL / SWA context sums at its first step; a step costs
         # C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
         priced = []
-        for a, b, members in segments:
-            ctx = [seqs[i] + 1 + a for i in members]  # each step attends over its new token too
-            base, fa, fb, sa, sb, allreduce, overhead = self._decode_terms(len(members))
-            below = [x for x in ctx if x < w]
-            y0 = sum(below) + w * (len(ctx) - len(below))
-            priced.append((b - a, base + allreduce + overhead, len(members), sum(ctx), y0, len(below)))
+        a = 0
+        for b in cuts:
+            members = [i for i, f in enumerate(last) if f >= a]
+            segments.append((a, b, members))
+            c, fa, fb, sa, sb = self._decode_terms(len(members))
+            x0 = y0 = below = 0
+            for i in members:
+                x = seqs[i] + 1 + a  # each step attends over its new token too
+                x0 += x
+                if x < w:
+                    y0 += x
+                    below += 1
+                else:
+                    y0 += w
+            priced.append((b - a, c, len(members), x0, y0, below))
+            a = b
         clock = DecodeClock(now, priced, fa, fb, sa, sb)
         m = k
         if now < self._next_arrival < clock.last_end:
@@ -983,13 +989,7 @@ class ServerModel:
             return None
         opens.sort()
         ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
-        run_steps = self.swa_policy.run_steps
-        frees = [
-            (step, freed // p)
-            for r, n in zip(batch, ran, strict=True)
-            if n
-            for step, freed in run_steps(r, ctx, n)
-        ]
+        frees = [(step, freed // p) for step, freed in self.swa_policy.run_batch(batch, ctx, ran)]
         full_used0, swa_used0 = self._used()
         freed_pages = sum(pages for _, pages in frees)
         self.swa_freed_by_decode += freed_pages * p
@@ -1000,10 +1000,12 @@ class ServerModel:
             r.num_outputs += n
         return full_used0, swa_used0, opens, frees
 
-    def _decode_terms(self, bs: int) -> tuple:
+    def _decode_terms(self, bs: int) -> tuple[float, float, float, float, float]:
+        """``(C, fa, fb, sa, sb)`` of a decode step of ``bs`` requests (:class:`DecodeClock`)."""
         terms = self._terms_cache.get(bs)
         if terms is None:
-            terms = self._terms_cache[bs] = self.cost.decode_terms(bs)
+            base, fa, fb, sa, sb, allreduce, overhead = self.cost.decode_terms(bs)
+            terms = self._terms_cache[bs] = (base + allreduce + overhead, fa, fb, sa, sb)
         return terms
 
     def _notify_finish(self, r: ServerReq, t: float) -> None:

@@ -128,9 +128,20 @@ class LRUList:
         self._link_after(self.head, node)
 
     def move_after(self, prev: TreeNode, node: TreeNode) -> None:
+        """Re-link ``node`` just behind ``prev`` (the window refresh's hot path: one method,
+        and nothing to do when it is there already)."""
+        pa, na = self._prev_attr, self._next_attr
+        nxt = getattr(prev, na)
+        if nxt is node:
+            return
         assert getattr(node, self._flag)
-        self._unlink(node)
-        self._link_after(prev, node)
+        before, after = getattr(node, pa), getattr(node, na)
+        setattr(before, na, after)
+        setattr(after, pa, before)
+        setattr(node, pa, prev)
+        setattr(node, na, nxt)
+        setattr(nxt, pa, node)
+        setattr(prev, na, node)
 
     def prev_unlocked(self, node: TreeNode) -> TreeNode | None:
         """The next more-recently-used node with a zero lock counter (``get_prev_no_lock``)."""

@@ -117,13 +117,10 @@ class UnifiedSWARadixTree:
         self._next_uuid += 1
         return self._next_uuid
 
-    def _is_device_leaf(self, node: TreeNode) -> bool:
-        # UnifiedTreeCore._is_device_leaf (no HiCache: every child has FULL on device)
-        return node is not self.root and node.full_lock == 0 and node.swa_lock == 0 and not node.children
-
     def _update_leaf(self, node: TreeNode) -> None:
-        # UnifiedTreeCore._update_evictable_leaf_sets
-        if self._is_device_leaf(node):
+        # UnifiedTreeCore._update_evictable_leaf_sets; the test is UnifiedTreeCore._is_device_leaf
+        # (no HiCache: every child has FULL on device)
+        if node.full_lock == 0 and node.swa_lock == 0 and not node.children and node is not self.root:
             if node not in self.device_leaves:
                 self.device_leaves.add(node)
                 if self._lazy_heap:
