@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import chain
 
 import numpy as np
 
@@ -80,54 +81,40 @@ def materialize(jumps: list[DecodeJump]) -> tuple[np.ndarray, np.ndarray, np.nda
     if total == 0:
         return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     offsets = np.cumsum(steps) - steps
-    # --- step end times, from the clocks' pieces
-    pos: list[int] = []
-    lengths: list[int] = []
-    coeff: list[tuple[float, float, float]] = []
-    opens: list[int] = []
-    free_pos: list[int] = []
-    free_pages: list[int] = []
-    seg_first: list[int] = []
-    seg_len: list[int] = []
-    seg_base: list[tuple[int, int, int]] = []
-    for jump, g in zip(jumps, offsets.tolist(), strict=True):
-        m = jump.steps
-        for start, length, e, alpha, beta in jump.clock.pieces:
-            if start >= m:
-                break
-            pos.append(g + start)
-            lengths.append(min(length, m - start))
-            coeff.append((e, alpha, beta))
-        opens.extend([g + s for s in jump.opens])
-        for s, pages in jump.swa_frees:
-            free_pos.append(g + s)
-            free_pages.append(pages)
-        p = jump.page_size
-        for seg in jump.segments:
-            seg_first.append(g + seg.first)
-            seg_len.append(seg.end - seg.first)
-            seg_base.append((seg.full_base, seg.swa_base, p))
-    lens = np.array(lengths, dtype=np.int64)
-    c = np.array(coeff, dtype=np.float64)
-    local = np.arange(total, dtype=np.int64) - np.repeat(np.array(pos, dtype=np.int64), lens)
+    # --- step end times, from the clocks' pieces (those a jump cut short are cut here too)
+    n_pieces = [len(j.clock.pieces) for j in jumps]
+    flat = chain.from_iterable(pc for j in jumps for pc in j.clock.pieces)
+    pieces = np.fromiter(flat, dtype=np.float64, count=5 * sum(n_pieces)).reshape(-1, 5)
+    owner = np.repeat(np.arange(len(jumps)), n_pieces)
+    start = pieces[:, 0].astype(np.int64)
+    keep = start < steps[owner]
+    owner, start, pieces = owner[keep], start[keep], pieces[keep]
+    lens = np.minimum(pieces[:, 1].astype(np.int64), steps[owner] - start)
+    local = np.arange(total, dtype=np.int64) - np.repeat(offsets[owner] + start, lens)
     tri1, tri2 = triangles(int(lens.max()))
-    times = tri1[local] * np.repeat(c[:, 1], lens)
-    times += tri2[local] * np.repeat(c[:, 2], lens)
-    times += np.repeat(c[:, 0], lens)
+    times = tri1[local] * np.repeat(pieces[:, 3], lens)
+    times += tri2[local] * np.repeat(pieces[:, 4], lens)
+    times += np.repeat(pieces[:, 2], lens)
     # --- #full / #swa token: segment base + pages opened (and freed) since the segment began
-    opened = np.bincount(np.array(opens, dtype=np.int64), minlength=total).cumsum()
+    n_opens = [len(j.opens) for j in jumps]
+    opens = np.fromiter(chain.from_iterable(j.opens for j in jumps), dtype=np.int64, count=sum(n_opens))
+    opened = np.bincount(opens + np.repeat(offsets, n_opens), minlength=total).cumsum()
     freed = np.zeros(total, dtype=np.int64)
-    if free_pos:
-        np.add.at(freed, np.array(free_pos, dtype=np.int64), np.array(free_pages, dtype=np.int64))
+    n_frees = [len(j.swa_frees) for j in jumps]
+    if any(n_frees):
+        frees = np.array([f for j in jumps for f in j.swa_frees], dtype=np.int64).reshape(-1, 2)
+        np.add.at(freed, frees[:, 0] + np.repeat(offsets, n_frees), frees[:, 1])
     freed = freed.cumsum()
-    first = np.array(seg_first, dtype=np.int64)
-    slen = np.array(seg_len, dtype=np.int64)
-    base = np.array(seg_base, dtype=np.int64)
+    n_segs = [len(j.segments) for j in jumps]
+    flat = chain.from_iterable((s.first, s.end, s.full_base, s.swa_base) for j in jumps for s in j.segments)
+    segs = np.fromiter(flat, dtype=np.int64, count=4 * sum(n_segs)).reshape(-1, 4)
+    first = segs[:, 0] + np.repeat(offsets, n_segs)
+    slen = segs[:, 1] - segs[:, 0]
     before = first - 1  # the running sums just before each segment's first step (0 at the start)
     opened_before = np.where(before >= 0, opened[np.maximum(before, 0)], 0)
     freed_before = np.where(before >= 0, freed[np.maximum(before, 0)], 0)
-    page = np.repeat(base[:, 2], slen)
+    page = np.repeat(np.repeat(np.array([j.page_size for j in jumps], dtype=np.int64), n_segs), slen)
     grown = page * (opened - np.repeat(opened_before, slen))
-    full = np.repeat(base[:, 0], slen) + grown
-    swa = np.repeat(base[:, 1], slen) + grown - page * (freed - np.repeat(freed_before, slen))
+    full = np.repeat(segs[:, 2], slen) + grown
+    swa = np.repeat(segs[:, 3], slen) + grown - page * (freed - np.repeat(freed_before, slen))
     return times, full, swa

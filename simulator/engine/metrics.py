@@ -25,6 +25,7 @@ import os
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
+from itertools import chain
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -393,7 +394,8 @@ class Recorder(ServerObserver):
     def _decode_frame(self) -> pd.DataFrame:
         if not self._d_chunks:
             return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
-        const = np.array(self._d_const, dtype=np.float64)
+        n_calls = len(self._d_const)
+        const = np.fromiter(chain.from_iterable(self._d_const), np.float64, 5 * n_calls).reshape(-1, 5)
         reps = const[:, 0].astype(np.int64)
         time, full, swa = self._decode_arrays()
         return pd.DataFrame(
@@ -430,15 +432,16 @@ class Recorder(ServerObserver):
         aborted = req["aborted"].to_numpy()
         returned = real & np.isfinite(finish)
         ok = returned & ~aborted
-        good = req[ok]
-        prompt = int(good["prompt_len"].sum())
-        cached = int(good["cached_tokens"].sum())
-        output = int(good["output_len"].sum())
+        prompt = int(req["prompt_len"].to_numpy()[ok].sum())
+        cached = int(req["cached_tokens"].to_numpy()[ok].sum())
+        output = int(req["output_len"].to_numpy()[ok].sum())
         arrival = req["arrival_s"].to_numpy()
         start = float(np.nanmin(arrival)) if np.isfinite(arrival).any() else 0.0
         finished = float(finish[returned].max()) if returned.any() else start
         duration = finished - start
         n_ok = int(ok.sum())
+        full_usage = dec["full_token_usage"].to_numpy(np.float64)
+        swa_usage = dec["swa_token_usage"].to_numpy(np.float64)
 
         def per_s(x: float) -> float:
             return x / duration if duration > 0 else 0.0
@@ -456,8 +459,8 @@ class Recorder(ServerObserver):
             "total_cached_tokens": cached,
             "total_output_tokens": output,
             "cache_hit_rate": cached / prompt if prompt else 0.0,
-            "ttft": latency_stats(good["ttft_s"].to_numpy()),
-            "latency": latency_stats(good["latency_s"].to_numpy()),
+            "ttft": latency_stats(req["ttft_s"].to_numpy()[ok]),
+            "latency": latency_stats(req["latency_s"].to_numpy()[ok]),
             "start_s": start,
             "finished_s": finished,
             "duration_s": duration,
@@ -466,10 +469,10 @@ class Recorder(ServerObserver):
             "request_throughput": per_s(n_ok),
             "decode_steps": len(dec),
             "prefill_batches": len(self._prefill),
-            "decode_full_token_usage": _mean(dec["full_token_usage"]),
-            "decode_swa_token_usage": _mean(dec["swa_token_usage"]),
-            "decode_full_token_usage_max": _max(dec["full_token_usage"]),
-            "decode_swa_token_usage_max": _max(dec["swa_token_usage"]),
+            "decode_full_token_usage": _mean(full_usage),
+            "decode_swa_token_usage": _mean(swa_usage),
+            "decode_full_token_usage_max": _max(full_usage),
+            "decode_swa_token_usage_max": _max(swa_usage),
             "capacity": (
                 {"full_tokens": self.capacity.full_tokens, "swa_tokens": self.capacity.swa_tokens}
                 if self.capacity
@@ -489,26 +492,33 @@ class Recorder(ServerObserver):
         rounds = req["round"].to_numpy()
         if not real.any():
             return []
+        prompt, cached = req["prompt_len"].to_numpy(), req["cached_tokens"].to_numpy()
+        ttft, latency = req["ttft_s"].to_numpy(), req["latency_s"].to_numpy()
+        # decode steps grouped by round; a stable sort keeps each round's steps in step order
         dec_round = dec["round"].to_numpy()
+        order = np.argsort(dec_round, kind="stable")
+        full_usage = dec["full_token_usage"].to_numpy(np.float64)[order]
+        swa_usage = dec["swa_token_usage"].to_numpy(np.float64)[order]
+        sorted_round = dec_round[order]
         result = []
         for r in range(int(rounds[real].max()) + 1):
             sel = ok & (rounds == r)
-            g = req[sel]
-            p = int(g["prompt_len"].sum())
-            c = int(g["cached_tokens"].sum())
-            steps = dec[dec_round == r]
+            n = int(sel.sum())
+            p = int(prompt[sel].sum())
+            c = int(cached[sel].sum())
+            lo, hi = np.searchsorted(sorted_round, [r, r + 1])
             result.append(
                 {
                     "round": r,
-                    "requests": int(sel.sum()),
-                    "ttft_mean": float(g["ttft_s"].mean()) if len(g) else 0.0,
-                    "latency_mean": float(g["latency_s"].mean()) if len(g) else 0.0,
+                    "requests": n,
+                    "ttft_mean": float(ttft[sel].mean()) if n else 0.0,
+                    "latency_mean": float(latency[sel].mean()) if n else 0.0,
                     "prompt_tokens": p,
                     "cached_tokens": c,
                     "cache_hit_rate": c / p if p else 0.0,
-                    "decode_steps": len(steps),
-                    "decode_full_token_usage": _mean(steps["full_token_usage"]),
-                    "decode_swa_token_usage": _mean(steps["swa_token_usage"]),
+                    "decode_steps": int(hi - lo),
+                    "decode_full_token_usage": _mean(full_usage[lo:hi]),
+                    "decode_swa_token_usage": _mean(swa_usage[lo:hi]),
                 }
             )
         return result
@@ -555,14 +565,12 @@ def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
     return path
 
 
-def _mean(s: pd.Series) -> float | None:
-    v = s.to_numpy(np.float64)
+def _mean(v: np.ndarray) -> float | None:
     v = v[np.isfinite(v)]
     return float(v.mean()) if len(v) else None
 
 
-def _max(s: pd.Series) -> float | None:
-    v = s.to_numpy(np.float64)
+def _max(v: np.ndarray) -> float | None:
     v = v[np.isfinite(v)]
     return float(v.max()) if len(v) else None
 
