@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -53,7 +53,6 @@ class ReqKV:
     last_node: object = None
     lock: LockReceipt | None = None
     holds_kv: bool = False
-    extra: dict = field(default_factory=dict)
 
     @property
     def seqlen(self) -> int:

@@ -231,3 +231,25 @@ def test_overlap_schedule_retracts_under_pressure():
     srv, reqs = _run(cfg, pools, sessions=10, turns=2, seed=5)
     assert srv.retractions > 0
     assert all(r.finish_s == r.finish_s for r in reqs)
+
+
+def test_collector_freeze_is_undone_and_leaves_a_callers_freeze_alone():
+    import gc
+
+    from simulator.engine.simulate import collector_skips_older_objects
+
+    assert gc.get_freeze_count() == 0
+    with collector_skips_older_objects():
+        assert gc.get_freeze_count() > 0  # the objects from before the run are parked
+    assert gc.get_freeze_count() == 0
+    with pytest.raises(RuntimeError), collector_skips_older_objects():
+        raise RuntimeError("a run that fails still hands the objects back")
+    assert gc.get_freeze_count() == 0
+    gc.freeze()  # a caller's own freeze (e.g. before forking) is neither extended nor undone
+    try:
+        frozen = gc.get_freeze_count()
+        with collector_skips_older_objects():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import chain
 
 import numpy as np
 
@@ -71,50 +70,72 @@ class DecodeJump:
 
 
 def materialize(jumps: list[DecodeJump]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The per-step arrays of ``jumps``, concatenated in order, in one vectorised pass.
+    """The per-step arrays of ``jumps``, concatenated in order, in one vectorised pass."""
+    cols = JumpColumns()
+    for jump in jumps:
+        cols.add(jump)
+    return cols.arrays()
 
-    Step times repeat :meth:`DecodeClock.ends`'s operations element for element (``tri1 * a``,
-    plus ``tri2 * b``, plus ``E``), so they are the same floats.
+
+class JumpColumns:
+    """Jumps flattened into columns of numbers as they arrive, turned into step arrays at once.
+
+    A recorder that kept the :class:`DecodeJump` objects would keep tens of thousands of small
+    container objects alive, and every full garbage collection walks them all; numbers in a few
+    flat lists cost the collector nothing. Step times repeat :meth:`DecodeClock.ends`'s
+    operations element for element (``tri1 * a``, plus ``tri2 * b``, plus ``E``), so they are
+    the same floats.
     """
-    steps = np.array([j.steps for j in jumps], dtype=np.int64)
-    total = int(steps.sum())
-    if total == 0:
-        return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    offsets = np.cumsum(steps) - steps
-    # --- step end times, from the clocks' pieces (those a jump cut short are cut here too)
-    n_pieces = [len(j.clock.pieces) for j in jumps]
-    flat = chain.from_iterable(pc for j in jumps for pc in j.clock.pieces)
-    pieces = np.fromiter(flat, dtype=np.float64, count=5 * sum(n_pieces)).reshape(-1, 5)
-    owner = np.repeat(np.arange(len(jumps)), n_pieces)
-    start = pieces[:, 0].astype(np.int64)
-    keep = start < steps[owner]
-    owner, start, pieces = owner[keep], start[keep], pieces[keep]
-    lens = np.minimum(pieces[:, 1].astype(np.int64), steps[owner] - start)
-    local = np.arange(total, dtype=np.int64) - np.repeat(offsets[owner] + start, lens)
-    tri1, tri2 = triangles(int(lens.max()))
-    times = tri1[local] * np.repeat(pieces[:, 3], lens)
-    times += tri2[local] * np.repeat(pieces[:, 4], lens)
-    times += np.repeat(pieces[:, 2], lens)
-    # --- #full / #swa token: segment base + pages opened (and freed) since the segment began
-    n_opens = [len(j.opens) for j in jumps]
-    opens = np.fromiter(chain.from_iterable(j.opens for j in jumps), dtype=np.int64, count=sum(n_opens))
-    opened = np.bincount(opens + np.repeat(offsets, n_opens), minlength=total).cumsum()
-    freed = np.zeros(total, dtype=np.int64)
-    n_frees = [len(j.swa_frees) for j in jumps]
-    if any(n_frees):
-        frees = np.array([f for j in jumps for f in j.swa_frees], dtype=np.int64).reshape(-1, 2)
-        np.add.at(freed, frees[:, 0] + np.repeat(offsets, n_frees), frees[:, 1])
-    freed = freed.cumsum()
-    n_segs = [len(j.segments) for j in jumps]
-    flat = chain.from_iterable((s.first, s.end, s.full_base, s.swa_base) for j in jumps for s in j.segments)
-    segs = np.fromiter(flat, dtype=np.int64, count=4 * sum(n_segs)).reshape(-1, 4)
-    first = segs[:, 0] + np.repeat(offsets, n_segs)
-    slen = segs[:, 1] - segs[:, 0]
-    before = first - 1  # the running sums just before each segment's first step (0 at the start)
-    opened_before = np.where(before >= 0, opened[np.maximum(before, 0)], 0)
-    freed_before = np.where(before >= 0, freed[np.maximum(before, 0)], 0)
-    page = np.repeat(np.repeat(np.array([j.page_size for j in jumps], dtype=np.int64), n_segs), slen)
-    grown = page * (opened - np.repeat(opened_before, slen))
-    full = np.repeat(segs[:, 2], slen) + grown
-    swa = np.repeat(segs[:, 3], slen) + grown - page * (freed - np.repeat(freed_before, slen))
-    return times, full, swa
+
+    def __init__(self) -> None:
+        self.steps = 0  # steps added so far
+        self._pieces: list[float] = []  # per piece: first step, steps, E, a, b
+        self._opens: list[int] = []  # the step of each page opened
+        self._frees: list[int] = []  # per decode-eviction free: step, SWA pages
+        self._segs: list[int] = []  # per segment: first step, steps, full_base, swa_base, page
+
+    def add(self, jump: DecodeJump) -> None:
+        g, m = self.steps, jump.steps
+        pieces = self._pieces
+        for start, length, e, alpha, beta in jump.clock.pieces:
+            if start >= m:  # priced, but the jump was cut short before it
+                break
+            pieces += (g + start, min(length, m - start), e, alpha, beta)
+        self._opens += [g + s for s in jump.opens]
+        frees = self._frees
+        for s, pages in jump.swa_frees:
+            frees += (g + s, pages)
+        segs, p = self._segs, jump.page_size
+        for seg in jump.segments:
+            segs += (g + seg.first, seg.end - seg.first, seg.full_base, seg.swa_base, p)
+        self.steps = g + m
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(step end times, ``#full token``, ``#swa token``) of every step added, in order."""
+        total = self.steps
+        if total == 0:
+            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        pieces = np.array(self._pieces, dtype=np.float64).reshape(-1, 5)
+        lens = pieces[:, 1].astype(np.int64)
+        local = np.arange(total, dtype=np.int64) - np.repeat(pieces[:, 0].astype(np.int64), lens)
+        tri1, tri2 = triangles(int(lens.max()))
+        times = tri1[local] * np.repeat(pieces[:, 3], lens)
+        times += tri2[local] * np.repeat(pieces[:, 4], lens)
+        times += np.repeat(pieces[:, 2], lens)
+        # #full / #swa token: segment base + pages opened (and freed) since the segment began
+        opened = np.bincount(np.array(self._opens, dtype=np.int64), minlength=total).cumsum()
+        freed = np.zeros(total, dtype=np.int64)
+        if self._frees:
+            frees = np.array(self._frees, dtype=np.int64).reshape(-1, 2)
+            np.add.at(freed, frees[:, 0], frees[:, 1])
+        freed = freed.cumsum()
+        segs = np.array(self._segs, dtype=np.int64).reshape(-1, 5)
+        first, slen = segs[:, 0], segs[:, 1]
+        before = first - 1  # the running sums just before each segment's first step (0 at the start)
+        opened_before = np.where(before >= 0, opened[np.maximum(before, 0)], 0)
+        freed_before = np.where(before >= 0, freed[np.maximum(before, 0)], 0)
+        page = np.repeat(segs[:, 4], slen)
+        grown = page * (opened - np.repeat(opened_before, slen))
+        full = np.repeat(segs[:, 2], slen) + grown
+        swa = np.repeat(segs[:, 3], slen) + grown - page * (freed - np.repeat(freed_before, slen))
+        return times, full, swa

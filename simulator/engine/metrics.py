@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.engine.config import SimConfig
-from simulator.engine.decode_jump import DecodeJump, materialize
+from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
 
@@ -173,9 +173,10 @@ class Recorder(ServerObserver):
         self.end_s: float = math.nan
         self._reqs: dict[int, SimRequest] = {}  # id(req) -> req, in first-seen order
         self._finished = 0
-        # decode steps, in order: (times, #full, #swa) arrays or a DecodeJump kept in closed
-        # form, plus per-call constants (expanded with np.repeat)
-        self._d_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray] | DecodeJump] = []
+        # decode steps, in order: (times, #full, #swa) arrays, or the step count of a jump kept
+        # in closed form in _jumps; plus per-call constants (expanded with np.repeat)
+        self._d_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray] | int] = []
+        self._jumps = JumpColumns()
         self._d_const: list[tuple[int, int, int, int, float]] = []  # (steps, running, queue, round, share)
         self._d_arrays: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._n_steps = 0
@@ -258,7 +259,8 @@ class Recorder(ServerObserver):
         if self.log_decode:
             super().on_decode_jump(jump)
             return
-        self._d_chunks.append(jump)
+        self._jumps.add(jump)
+        self._d_chunks.append(jump.steps)
         const = self._d_const
         for seg in jump.segments:
             running = len(seg.batch)
@@ -372,17 +374,16 @@ class Recorder(ServerObserver):
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time, #full token, #swa token) of every decode step so far, jumps materialised in
-        one pass (:func:`materialize`) and cached until the next record."""
+        one pass (:class:`JumpColumns`) and cached until the next record."""
         chunks = self._d_chunks
         if self._d_arrays is not None and self._d_arrays[0] == len(chunks):
             return self._d_arrays[1]
-        jumps = [c for c in chunks if isinstance(c, DecodeJump)]
-        j_time, j_full, j_swa = materialize(jumps)
+        j_time, j_full, j_swa = self._jumps.arrays()
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         pos = 0
         for c in chunks:
-            if isinstance(c, DecodeJump):
-                end = pos + c.steps
+            if isinstance(c, int):
+                end = pos + c
                 parts.append((j_time[pos:end], j_full[pos:end], j_swa[pos:end]))
                 pos = end
             else:

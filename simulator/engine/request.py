@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,7 +38,6 @@ class SimRequest:
     retractions: int = 0
     aborted: bool = False
     abort_reason: str = ""
-    extra: dict = field(default_factory=dict)
 
     @property
     def ttft(self) -> float:

@@ -124,6 +124,9 @@ class ServerReq(ReqKV):
     done: simpy.Event | None = None
     ignore_eos: bool = True
     max_new_tokens: int = 0  # sampling_params.max_new_tokens (>= output_len)
+    retractions: int = 0
+    gen: int = 0  # bumped at each retraction: in-flight results of an older generation are void
+    stashed: object = None  # overlap mode: the launched batch whose chunk was last checkpointed
 
 
 @dataclass(frozen=True)
@@ -619,7 +622,7 @@ class ServerModel:
             if r is not self.chunked:
                 self.running.append(r)
         info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
-        return _Launched("prefill", batch, [r.extra.get("gen", 0) for r in batch], start, start + dur, info)
+        return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
 
     def _launch_decode(self, start: float):
         batch = self._prepare_decode()
@@ -630,12 +633,12 @@ class ServerModel:
         dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
         batch = list(batch)
         info = (full_used, swa_used)
-        return _Launched("decode", batch, [r.extra.get("gen", 0) for r in batch], start, start + dur, info)
+        return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)
 
     def _stash_chunk(self, req: ServerReq, launched: _Launched) -> None:
-        if req.extra.get("stashed") is launched:
+        if req.stashed is launched:
             return
-        req.extra["stashed"] = launched
+        req.stashed = launched
         self.allocator.free_group_begin()
         self.cache.checkpoint(req, req.extend_end, finished=False)
         req.prefix_len = req.extend_end
@@ -647,7 +650,7 @@ class ServerModel:
         live = [
             r
             for r, gen in zip(launched.reqs, launched.gens, strict=True)
-            if r.extra.get("gen", 0) == gen and r.holds_kv and r.num_outputs < r.output_len
+            if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
         ]
         if launched.kind == "prefill":
             ext, cached, full_used, swa_used, running, queue = launched.info
@@ -704,7 +707,7 @@ class ServerModel:
         sim = r.sim
         sim.finish_s = t
         sim.cached_tokens = r.cached_tokens
-        sim.retractions = r.extra.get("retractions", 0)
+        sim.retractions = r.retractions
         self.cache.release(r, owned=r.prompt_len + r.num_outputs - 1)
         self.obs.on_finish(sim)
         r.done.succeed(sim)
@@ -713,7 +716,7 @@ class ServerModel:
         sim = r.sim
         sim.finish_s = self.env.now
         sim.cached_tokens = r.cached_tokens
-        sim.retractions = r.extra.get("retractions", 0)
+        sim.retractions = r.retractions
         self._release_finished(r)
         r.done.succeed(sim)
 
@@ -739,8 +742,8 @@ class ServerModel:
             idx = order.pop()
             req = self.running[idx]
             self.cache.retract(req, len(order))
-            req.extra["retractions"] = req.extra.get("retractions", 0) + 1
-            req.extra["gen"] = req.extra.get("gen", 0) + 1  # in-flight results of it are void
+            req.retractions += 1
+            req.gen += 1  # in-flight results of it are void
             retracted.append(req)
         aborted = []
         if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
@@ -1013,7 +1016,7 @@ class ServerModel:
         sim = r.sim
         sim.finish_s = t
         sim.cached_tokens = r.cached_tokens
-        sim.retractions = r.extra.get("retractions", 0)
+        sim.retractions = r.retractions
         r.done.succeed(sim)
 
     def _replay_quiet_steps(

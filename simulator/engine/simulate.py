@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import simpy
 
 from simulator.engine.config import SimConfig
@@ -69,6 +73,27 @@ def build_cost_model(cfg: SimConfig, model, gpu):
     return CostModel.from_presets(model, gpu, cfg.tp, profile)
 
 
+@contextmanager
+def collector_skips_older_objects() -> Iterator[None]:
+    """Keep the cyclic garbage collector off the objects that existed before the run.
+
+    A run creates tens of thousands of long-lived objects (tree nodes, requests), and each full
+    collection it triggers would also walk everything the process held before (imported
+    modules, the loaded trace): up to a tenth of a run's time. ``gc.freeze`` parks those objects
+    for the run and ``gc.unfreeze`` hands them back to the collector afterwards, so nothing is
+    kept longer than one collection. Skipped when the process has frozen objects of its own
+    (e.g. before forking workers) or has the collector off: their state is left alone.
+    """
+    if gc.get_freeze_count() or not gc.isenabled():
+        yield
+        return
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 def simulate(trace, cfg: SimConfig, observer: ServerObserver | None = None) -> ServerModel:
     """Serve ``trace`` under ``cfg``; ``observer`` (e.g. ``metrics.Recorder``) sees everything.
 
@@ -83,7 +108,8 @@ def simulate(trace, cfg: SimConfig, observer: ServerObserver | None = None) -> S
     server = ServerModel(env, cfg, pools, cost, observer)
     requests = requests_from_trace(trace, pools.page_size)
     start_clients(env, server, trace, cfg, requests)
-    env.run()
+    with collector_skips_older_objects():
+        env.run()
     unfinished = [r for r in requests if r.finish_s != r.finish_s]  # NaN
     if unfinished:
         raise StuckSimulation(
