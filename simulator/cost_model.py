@@ -938,7 +938,7 @@ class DecodeClock:
     jump short), and :meth:`end` gives one step's end bit for bit equal to :meth:`ends`.
     """
 
-    __slots__ = ("_starts", "_pieces", "steps", "last_end")
+    __slots__ = ("_starts", "_pieces", "steps", "_e", "_coeffs")
 
     def __init__(
         self,
@@ -949,50 +949,59 @@ class DecodeClock:
         sa: float,
         sb: float,
     ) -> None:
-        starts: list[int] = []
-        pieces: list[tuple[int, int, float, float, float]] = []  # (start, length, E, a, b)
-        e = now
-        pos = 0
-        for steps, c, n, x0, y0, g in segments:
-            # full term: max(a1 + b1*t, a2 + b2*t) with a1 = fa*x0, b1 = fa*n, a2 = fb*(x0+n),
-            # b2 = fb*n; SWA term likewise (a3, b3, a4, b4) with y0 and g
-            a1, b1, a2, b2 = fa * x0, fa * n, fb * (x0 + n), fb * n
-            a3, b3, a4, b4 = sa * y0, sa * g, sb * (y0 + n), sb * g
-            bounds = [0, steps]
-            if b1 != b2:
-                t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
-                if 0 < t_c < steps:
-                    bounds.append(math.ceil(t_c))
-            if b3 != b4:
-                t_c = (a4 - a3) / (b3 - b4)
-                if 0 < t_c < steps:
-                    bounds.append(math.ceil(t_c))
-            if len(bounds) > 2:
-                bounds = sorted(set(bounds))
-            for u, v in zip(bounds, bounds[1:], strict=False):
-                if v <= u:
-                    continue
-                mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
-                if a1 + b1 * mid >= a2 + b2 * mid:
-                    alpha, beta = c + a1, b1
-                else:
-                    alpha, beta = c + a2, b2
-                if a3 + b3 * mid >= a4 + b4 * mid:
-                    alpha += a3
-                    beta += b3
-                else:
-                    alpha += a4
-                    beta += b4
-                length = v - u
-                alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
-                starts.append(pos)
-                pieces.append((pos, length, e, alpha, beta))
-                e += alpha * length + beta * (length - 1) * length * 0.5
-                pos += length
-        self._starts = starts
-        self._pieces = pieces
-        self.steps = pos
-        self.last_end = self.end(pos - 1) if pos else now
+        self._starts: list[int] = []
+        self._pieces: list[tuple[int, int, float, float, float]] = []  # (start, length, E, a, b)
+        self._e = now  # when the last step priced so far ends
+        self._coeffs = (fa, fb, sa, sb)
+        self.steps = 0
+        for seg in segments:
+            self.add(*seg)
+
+    def add(self, steps: int, c: float, n: int, x0: int, y0: int, g: int) -> None:
+        """Price one more segment (see the class docstring) after the steps priced so far."""
+        fa, fb, sa, sb = self._coeffs
+        # full term: max(a1 + b1*t, a2 + b2*t) with a1 = fa*x0, b1 = fa*n, a2 = fb*(x0+n),
+        # b2 = fb*n; SWA term likewise (a3, b3, a4, b4) with y0 and g
+        a1, b1, a2, b2 = fa * x0, fa * n, fb * (x0 + n), fb * n
+        a3, b3, a4, b4 = sa * y0, sa * g, sb * (y0 + n), sb * g
+        bounds = [0, steps]
+        if b1 != b2:
+            t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
+            if 0 < t_c < steps:
+                bounds.append(math.ceil(t_c))
+        if b3 != b4:
+            t_c = (a4 - a3) / (b3 - b4)
+            if 0 < t_c < steps:
+                bounds.append(math.ceil(t_c))
+        if len(bounds) > 2:
+            bounds = sorted(set(bounds))
+        e, pos = self._e, self.steps
+        for u, v in zip(bounds, bounds[1:], strict=False):
+            if v <= u:
+                continue
+            mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
+            if a1 + b1 * mid >= a2 + b2 * mid:
+                alpha, beta = c + a1, b1
+            else:
+                alpha, beta = c + a2, b2
+            if a3 + b3 * mid >= a4 + b4 * mid:
+                alpha += a3
+                beta += b3
+            else:
+                alpha += a4
+                beta += b4
+            length = v - u
+            alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
+            self._starts.append(pos)
+            self._pieces.append((pos, length, e, alpha, beta))
+            e += alpha * length + beta * (length - 1) * length * 0.5
+            pos += length
+        self._e, self.steps = e, pos
+
+    @property
+    def last_end(self) -> float:
+        """When the last step priced so far ends (the start time before any step)."""
+        return self.end(self.steps - 1) if self.steps else self._e
 
     @property
     def pieces(self) -> list[tuple[int, int, float, float, float]]:

@@ -879,12 +879,12 @@ class ServerModel:
         segments: list[tuple[int, int, list[int]]] = []  # (first step, end step, member indices)
         # each segment's batch size and FULL / SWA context sums at its first step; a step costs
         # C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
-        priced = []
+        clock = DecodeClock(now, [], *self._decode_terms(1)[1:])
+        arrival = self._next_arrival if self._next_arrival > now else math.inf
         a = 0
         for b in cuts:
             members = [i for i, f in enumerate(last) if f >= a]
             segments.append((a, b, members))
-            c, fa, fb, sa, sb = self._decode_terms(len(members))
             x0 = y0 = below = 0
             for i in members:
                 x = seqs[i] + 1 + a  # each step attends over its new token too
@@ -894,13 +894,14 @@ class ServerModel:
                     below += 1
                 else:
                     y0 += w
-            priced.append((b - a, c, len(members), x0, y0, below))
+            clock.add(b - a, self._decode_terms(len(members))[0], len(members), x0, y0, below)
             a = b
-        clock = DecodeClock(now, priced, fa, fb, sa, sb)
-        m = k
-        if now < self._next_arrival < clock.last_end:
+            if clock.last_end > arrival:  # the announced arrival comes first: price no further
+                break
+        m = clock.steps
+        if arrival < clock.last_end:
             # the announced arrival lands in step m - 1: the jump ends with that step
-            m = min(k, clock.steps_ended_by(self._next_arrival) + 1)
+            m = clock.steps_ended_by(arrival) + 1
         finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= m)
         chain = _FinishChain(self, batch, finishing, clock) if finishing else None
         # an arrival during the last planned step changes nothing; one before it cuts the jump
