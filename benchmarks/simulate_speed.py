@@ -1,81 +1,141 @@
 """Simulated requests per second of ``kvplan run`` (issue 4, item 6).
 
-Usage: python benchmarks/simulate_speed.py [--repeat 3] [--out docs/benchmarks-simulate.md]
+Usage::
 
-Runs the whole simulation (trace pages, pool sizing, cost model, server, clients, metrics
-recorder) for gpt-oss-120b on H200, TP 8, page 64, on the Mooncake synthetic trace and the
-Mooncake arXiv head, on one core, and reports the best of ``--repeat`` runs. Also runs each
-trace once with fast-forward off (one simulated step per Python iteration) for reference.
+    python benchmarks/simulate_speed.py [--repeat 5] [--out FILE]
+    python benchmarks/simulate_speed.py --against DIR [--rounds 3]   # side by side
+
+Times the whole run after start-up, as ``kvplan run`` does it: reading the trace, SGLang's pool
+sizing, the cost model, the server, the clients, the metrics recorder and its summary, for
+gpt-oss-120b on H200, TP 8, page 64, on the Mooncake synthetic trace and the Mooncake arXiv head,
+on one core (CPU time, best of ``--repeat`` runs). Also runs each trace once with fast-forward
+off (one simulated step per Python iteration) for reference.
+
+``--against DIR`` times another checkout of kvplan (e.g. a ``git worktree`` of an older commit)
+against this one, alternating child processes round by round, so that both see the same machine:
+on a shared VM the speed drifts by 10% or more over minutes, and only side-by-side numbers
+compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from simulator.engine.config import SimConfig  # noqa: E402
-from simulator.engine.metrics import Recorder  # noqa: E402
-from simulator.engine.simulate import simulate  # noqa: E402
-from traces import load_trace  # noqa: E402
-
 SHARED = ROOT.parent / "shared" / "traces" / "mooncake"
 TRACES = [
     ("Mooncake synthetic", SHARED / "synthetic_trace.jsonl"),
     ("Mooncake arXiv head (1000)", SHARED / "arxiv_trace_head1000.jsonl"),
 ]
+CONFIG = dict(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64)
 
 
-def run_once(trace, cfg: SimConfig) -> tuple[float, dict]:
-    """CPU seconds of one run (``time.process_time``: the work done on our one core, without
-    time the VM's CPU was taken away, which makes wall time noisy here), plus wall seconds."""
+def run_once(path: Path, fast_forward: bool = True) -> tuple[float, float, dict]:
+    """(CPU seconds, wall seconds, facts) of one run. CPU time (``time.process_time``) is the
+    work done on our one core, without the time the VM's CPU was taken away."""
+    from simulator.engine.config import SimConfig
+    from simulator.engine.metrics import Recorder
+    from simulator.engine.simulate import simulate
+    from traces import load_trace
+
     w0, c0 = time.perf_counter(), time.process_time()
+    trace = load_trace(path)
+    cfg = SimConfig(**CONFIG, fast_forward=fast_forward)
     rec = Recorder.from_config(cfg)
     server = simulate(trace, cfg, rec)
+    summary = rec.summary()
     cpu, wall = time.process_time() - c0, time.perf_counter() - w0
-    return cpu, dict(
-        wall=wall, summary=rec.summary(), forward_steps=server.forward_ct, decode_steps=server.decode_steps
+    facts = dict(
+        requests=len(trace), forward_steps=server.forward_ct, cache_hit_rate=summary["cache_hit_rate"]
     )
+    return cpu, wall, facts
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=None)
-    args = ap.parse_args()
+def best_of(path: Path, repeat: int) -> dict:
+    runs = [run_once(path) for _ in range(repeat)]
+    cpu, wall, facts = min(runs, key=lambda r: r[0])
+    return dict(cpu=cpu, wall=wall, **facts)
+
+
+def child(checkout: str, path: str, repeat: int) -> None:
+    """Time ``checkout``'s kvplan (imported from that directory) and print one JSON line."""
+    sys.path.insert(0, checkout)
+    print(json.dumps(best_of(Path(path), repeat)))
+
+
+def side_by_side(other: Path, rounds: int, repeat: int) -> str:
     rows = [
-        f"| trace | requests | simulated forward steps | CPU s (best of {args.repeat}) | wall s "
-        "| simulated requests/s (CPU) | fast-forward off: CPU s | req/s | cache hit rate |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"| trace | checkout | best CPU s ({rounds} rounds x best of {repeat}) | simulated requests/s |",
+        "|---|---|---|---|",
     ]
     for name, path in TRACES:
         if not path.exists():
             print(f"skip {name}: {path} missing", file=sys.stderr)
             continue
-        trace = load_trace(path)
-        cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64)
-        best, info = min((run_once(trace, cfg) for _ in range(args.repeat)), key=lambda x: x[0])
-        slow, _ = run_once(
-            trace, SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, fast_forward=False)
-        )
-        n = len(trace)
-        rows.append(
-            f"| {name} | {n} | {info['forward_steps']:,} | {best:.3f} | {info['wall']:.3f} | "
-            f"**{n / best:,.0f}** | {slow:.2f} | {n / slow:,.0f} | {info['summary']['cache_hit_rate']:.4f} |"
-        )
+        best: dict[str, dict] = {}
+        for _ in range(rounds):
+            for label, checkout in (("this", ROOT), ("against", other)):
+                cmd = [sys.executable, __file__, "--child", str(checkout), str(path), str(repeat)]
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                res = json.loads(out.strip().splitlines()[-1])
+                if label not in best or res["cpu"] < best[label]["cpu"]:
+                    best[label] = res
+        for label, checkout in (("this", ROOT), ("against", other)):
+            r = best[label]
+            rate = r["requests"] / r["cpu"]
+            rows.append(f"| {name} | {label} ({checkout}) | {r['cpu']:.3f} | {rate:,.0f} |")
+            print(rows[-1], flush=True)
+        ratio = best["against"]["cpu"] / best["this"]["cpu"]
+        rows.append(f"| {name} | speed-up | | **{ratio:.3f}x** |")
         print(rows[-1], flush=True)
-    footer = (
+    return "\n".join(rows)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", type=Path, default=None)
+    ap.add_argument("--against", type=Path, default=None, help="another kvplan checkout to compare with")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--child", nargs=3, metavar=("CHECKOUT", "TRACE", "REPEAT"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return
+    if args.against:
+        text = side_by_side(args.against.resolve(), args.rounds, args.repeat)
+    else:
+        sys.path.insert(0, str(ROOT))
+        rows = [
+            f"| trace | requests | simulated forward steps | CPU s (best of {args.repeat}) | wall s "
+            "| simulated requests/s (CPU) | fast-forward off: CPU s | req/s | cache hit rate |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for name, path in TRACES:
+            if not path.exists():
+                print(f"skip {name}: {path} missing", file=sys.stderr)
+                continue
+            r = best_of(path, args.repeat)
+            slow, _, _ = run_once(path, fast_forward=False)
+            n = r["requests"]
+            rows.append(
+                f"| {name} | {n} | {r['forward_steps']:,} | {r['cpu']:.3f} | {r['wall']:.3f} | "
+                f"**{n / r['cpu']:,.0f}** | {slow:.2f} | {n / slow:,.0f} | {r['cache_hit_rate']:.4f} |"
+            )
+            print(rows[-1], flush=True)
+        text = "\n".join(rows)
+    text += (
         f"\n\nMachine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs (one used), "
-        f"Python {platform.python_version()}. "
-        f"Command: `python benchmarks/simulate_speed.py --repeat {args.repeat}`.\n"
+        f"Python {platform.python_version()}. Command: `python benchmarks/simulate_speed.py "
+        f"{' '.join(a for a in sys.argv[1:])}`.\n"
     )
-    text = "\n".join(rows) + footer
     if args.out:
         tmp = args.out.with_suffix(".tmp")
         tmp.write_text(text)

@@ -75,7 +75,7 @@ class LegacySWARadixTree:
         self.counters.splits += 1
         new = self._new_node(child.key[:pages], pages * self.page_size)
         new.parent = child.parent
-        new.children = {int(child.key[pages]): child}
+        new.children = {child.key.item(pages): child}
         new.swa = child.swa
         new.full_lock = child.full_lock
         new.swa_lock = child.swa_lock
@@ -88,7 +88,7 @@ class LegacySWARadixTree:
         child.parent = new
         child.key = child.key[pages:]
         child.length -= new.length
-        new.parent.children[int(new.key[0])] = new
+        new.parent.children[new.key.item(0)] = new
         self.full_lru.insert_mru(new)
         self.full_lru.insert_mru(child)
         if new.swa:
@@ -101,7 +101,7 @@ class LegacySWARadixTree:
         node = self._new_node(key, length)
         node.parent = parent
         node.swa = not tombstone
-        parent.children[int(key[0])] = node
+        parent.children[key.item(0)] = node
         self.full_lru.insert_mru(node)
         self.full_evictable += length
         if node.swa:
@@ -141,7 +141,7 @@ class LegacySWARadixTree:
         full_hit = 0
         n = len(key)
         while off < n:
-            child = node.children.get(int(key[off]))
+            child = node.children.get(key.item(off))
             if child is None:
                 break
             if not child.swa:
@@ -253,7 +253,7 @@ class LegacySWARadixTree:
         total = 0
         off = 0
         while off < n:
-            child = node.children.get(int(key[off]))
+            child = node.children.get(key.item(off))
             if child is None:
                 break
             node = child
@@ -304,7 +304,7 @@ class LegacySWARadixTree:
 
     # ------------------------------------------------------------------ eviction
     def _delete_leaf(self, x: TreeNode) -> None:
-        del x.parent.children[int(x.key[0])]
+        del x.parent.children[x.key.item(0)]
         self.full_evictable -= x.length
         if x.swa:
             self.swa_evictable -= x.length
@@ -320,7 +320,7 @@ class LegacySWARadixTree:
             if count:  # the SWA phase drops this count, as SGLang's evict() does
                 result.full_evicted += par.length
             self.full_lru.remove(par)
-            del par.parent.children[int(par.key[0])]
+            del par.parent.children[par.key.item(0)]
             self.full_evictable -= par.length
             self.counters.leaves_deleted += 1
             x = par

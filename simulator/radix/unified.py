@@ -181,7 +181,7 @@ class UnifiedSWARadixTree:
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         new.parent = child.parent
-        new.children = {int(child.key[pages]): child}
+        new.children = {child.key.item(pages): child}
         # FullComponent / SWAComponent.redistribute_on_node_split
         new.full_lock = child.full_lock
         new.swa_lock = child.swa_lock
@@ -191,7 +191,7 @@ class UnifiedSWARadixTree:
         child.parent = new
         child.key = child.key[pages:]
         child.length -= new.length
-        new.parent.children[int(new.key[0])] = new
+        new.parent.children[new.key.item(0)] = new
         if new.swa:
             # the inherited prefix sits just behind its child in the SWA LRU
             self.swa_lru.insert_after(child, new)
@@ -218,7 +218,7 @@ class UnifiedSWARadixTree:
         swa_run = float("inf")
         n = len(key)
         while off < n:
-            child = node.children.get(int(key[off]))
+            child = node.children.get(key.item(off))
             if child is None:
                 break
             m = match_pages(child.key, key, off)
@@ -374,7 +374,7 @@ class UnifiedSWARadixTree:
             node = protected_node
             off = total // p
         while off < n:
-            child = node.children.get(int(key[off]))
+            child = node.children.get(key.item(off))
             if child is None:
                 break
             child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
@@ -419,7 +419,7 @@ class UnifiedSWARadixTree:
             length = len(rem) * p
             leaf = self._new_node(rem, length, priority)
             leaf.parent = node
-            node.children[int(rem[0])] = leaf
+            node.children[rem.item(0)] = leaf
             self.full_evictable += length
             self._update_leaf(leaf)
             self._update_leaf(node)
@@ -469,7 +469,7 @@ class UnifiedSWARadixTree:
             self.swa_lru.remove(node)
         self.device_leaves.discard(node)
         parent = node.parent
-        del parent.children[int(node.key[0])]
+        del parent.children[node.key.item(0)]
         node.parent = None
         self._update_leaf(parent)
         self.counters.leaves_deleted += 1
