@@ -346,31 +346,32 @@ class Recorder(ServerObserver):
         }
 
     def _requests_frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self._request_columns(), columns=list(REQUEST_FRAME_COLUMNS))
+
+    def _request_columns(self) -> dict[str, Any]:
+        """The requests frame's columns as arrays (the summary reads these, no DataFrame)."""
         reqs = list(self._reqs.values())
         arrival = np.array([r.arrival_s for r in reqs], dtype=np.float64)
         first = np.array([r.first_token_s for r in reqs], dtype=np.float64)
         finish = np.array([r.finish_s for r in reqs], dtype=np.float64)
-        return pd.DataFrame(
-            {
-                "index": np.array([r.index for r in reqs], dtype=np.int64),
-                "rid": [r.rid for r in reqs],
-                "session": [r.session for r in reqs],
-                "round": np.array([r.round for r in reqs], dtype=np.int64),
-                "heartbeat": np.array([r.heartbeat for r in reqs], dtype=bool),
-                "arrival_s": arrival,
-                "first_token_s": first,
-                "finish_s": finish,
-                "ttft_s": first - arrival,
-                "latency_s": finish - arrival,
-                "prompt_len": np.array([r.prompt_len for r in reqs], dtype=np.int64),
-                "cached_tokens": np.array([r.cached_tokens for r in reqs], dtype=np.int64),
-                "output_len": np.array([r.output_len for r in reqs], dtype=np.int64),
-                "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
-                "aborted": np.array([r.aborted for r in reqs], dtype=bool),
-                "abort_reason": [r.abort_reason for r in reqs],
-            },
-            columns=list(REQUEST_FRAME_COLUMNS),
-        )
+        return {
+            "index": np.array([r.index for r in reqs], dtype=np.int64),
+            "rid": [r.rid for r in reqs],
+            "session": [r.session for r in reqs],
+            "round": np.array([r.round for r in reqs], dtype=np.int64),
+            "heartbeat": np.array([r.heartbeat for r in reqs], dtype=bool),
+            "arrival_s": arrival,
+            "first_token_s": first,
+            "finish_s": finish,
+            "ttft_s": first - arrival,
+            "latency_s": finish - arrival,
+            "prompt_len": np.array([r.prompt_len for r in reqs], dtype=np.int64),
+            "cached_tokens": np.array([r.cached_tokens for r in reqs], dtype=np.int64),
+            "output_len": np.array([r.output_len for r in reqs], dtype=np.int64),
+            "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
+            "aborted": np.array([r.aborted for r in reqs], dtype=bool),
+            "abort_reason": [r.abort_reason for r in reqs],
+        }
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time, #full token, #swa token) of every decode step so far, jumps materialised in
@@ -378,42 +379,51 @@ class Recorder(ServerObserver):
         chunks = self._d_chunks
         if self._d_arrays is not None and self._d_arrays[0] == len(chunks):
             return self._d_arrays[1]
-        j_time, j_full, j_swa = self._jumps.arrays()
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-        pos = 0
-        for c in chunks:
-            if isinstance(c, int):
-                end = pos + c
-                parts.append((j_time[pos:end], j_full[pos:end], j_swa[pos:end]))
-                pos = end
-            else:
-                parts.append(c)
-        out = tuple(np.concatenate([x[i] for x in parts]) for i in range(3))
+        jumps = self._jumps.arrays()
+        stepwise = [c for c in chunks if not isinstance(c, int)]
+        if not stepwise:
+            out = jumps
+        else:
+            # the jumps' steps and the stepwise calls' steps, interleaved in call order
+            lens = np.fromiter(
+                (c if isinstance(c, int) else len(c[0]) for c in chunks), np.int64, len(chunks)
+            )
+            from_jump = np.repeat(np.fromiter((isinstance(c, int) for c in chunks), bool, len(chunks)), lens)
+            out = []
+            for i, dtype in enumerate((np.float64, np.int64, np.int64)):
+                col = np.empty(len(from_jump), dtype=dtype)
+                col[from_jump] = jumps[i]
+                col[~from_jump] = np.concatenate([c[i] for c in stepwise])
+                out.append(col)
+            out = tuple(out)
         self._d_arrays = (len(chunks), out)
         return out
 
     def _decode_frame(self) -> pd.DataFrame:
         if not self._d_chunks:
             return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
+        return pd.DataFrame(self._decode_columns(), columns=list(DECODE_FRAME_COLUMNS))
+
+    def _decode_columns(self) -> dict[str, np.ndarray]:
+        """The decode-steps frame's columns as arrays (the summary reads these, no DataFrame)."""
+        if not self._d_chunks:
+            return {c: np.zeros(0, dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS}
         n_calls = len(self._d_const)
         const = np.fromiter(chain.from_iterable(self._d_const), np.float64, 5 * n_calls).reshape(-1, 5)
         reps = const[:, 0].astype(np.int64)
         time, full, swa = self._decode_arrays()
-        return pd.DataFrame(
-            {
-                "step": np.arange(1, len(full) + 1, dtype=np.int64),
-                "time_s": time,
-                "running": np.repeat(const[:, 1].astype(np.int64), reps),
-                "queue": np.repeat(const[:, 2].astype(np.int64), reps),
-                "full_token": full,
-                "full_token_usage": self._usage(full, "full_tokens"),
-                "swa_token": swa,
-                "swa_token_usage": self._usage(swa, "swa_tokens"),
-                "round": np.repeat(const[:, 3].astype(np.int64), reps),
-                "round_share": np.repeat(const[:, 4], reps),
-            },
-            columns=list(DECODE_FRAME_COLUMNS),
-        )
+        return {
+            "step": np.arange(1, len(full) + 1, dtype=np.int64),
+            "time_s": time,
+            "running": np.repeat(const[:, 1].astype(np.int64), reps),
+            "queue": np.repeat(const[:, 2].astype(np.int64), reps),
+            "full_token": full,
+            "full_token_usage": self._usage(full, "full_tokens"),
+            "swa_token": swa,
+            "swa_token_usage": self._usage(swa, "swa_tokens"),
+            "round": np.repeat(const[:, 3].astype(np.int64), reps),
+            "round_share": np.repeat(const[:, 4], reps),
+        }
 
     def _prefill_frame(self) -> pd.DataFrame:
         cols = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
@@ -426,23 +436,23 @@ class Recorder(ServerObserver):
 
     def summary(self) -> dict[str, Any]:
         """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None)."""
-        req = self._requests_frame()
-        dec = self._decode_frame()
-        real = ~req["heartbeat"].to_numpy()
-        finish = req["finish_s"].to_numpy()
-        aborted = req["aborted"].to_numpy()
+        req = self._request_columns()
+        dec = self._decode_columns()
+        real = ~req["heartbeat"]
+        finish = req["finish_s"]
+        aborted = req["aborted"]
         returned = real & np.isfinite(finish)
         ok = returned & ~aborted
-        prompt = int(req["prompt_len"].to_numpy()[ok].sum())
-        cached = int(req["cached_tokens"].to_numpy()[ok].sum())
-        output = int(req["output_len"].to_numpy()[ok].sum())
-        arrival = req["arrival_s"].to_numpy()
+        prompt = int(req["prompt_len"][ok].sum())
+        cached = int(req["cached_tokens"][ok].sum())
+        output = int(req["output_len"][ok].sum())
+        arrival = req["arrival_s"]
         start = float(np.nanmin(arrival)) if np.isfinite(arrival).any() else 0.0
         finished = float(finish[returned].max()) if returned.any() else start
         duration = finished - start
         n_ok = int(ok.sum())
-        full_usage = dec["full_token_usage"].to_numpy(np.float64)
-        swa_usage = dec["swa_token_usage"].to_numpy(np.float64)
+        full_usage = dec["full_token_usage"].astype(np.float64)
+        swa_usage = dec["swa_token_usage"].astype(np.float64)
 
         def per_s(x: float) -> float:
             return x / duration if duration > 0 else 0.0
@@ -460,15 +470,15 @@ class Recorder(ServerObserver):
             "total_cached_tokens": cached,
             "total_output_tokens": output,
             "cache_hit_rate": cached / prompt if prompt else 0.0,
-            "ttft": latency_stats(req["ttft_s"].to_numpy()[ok]),
-            "latency": latency_stats(req["latency_s"].to_numpy()[ok]),
+            "ttft": latency_stats(req["ttft_s"][ok]),
+            "latency": latency_stats(req["latency_s"][ok]),
             "start_s": start,
             "finished_s": finished,
             "duration_s": duration,
             "input_throughput": per_s(prompt),
             "output_throughput": per_s(output),
             "request_throughput": per_s(n_ok),
-            "decode_steps": len(dec),
+            "decode_steps": len(dec["step"]),
             "prefill_batches": len(self._prefill),
             "decode_full_token_usage": _mean(full_usage),
             "decode_swa_token_usage": _mean(swa_usage),
@@ -488,18 +498,20 @@ class Recorder(ServerObserver):
         return _json_ready(out)
 
     @staticmethod
-    def _per_round(req: pd.DataFrame, ok: np.ndarray, real: np.ndarray, dec: pd.DataFrame) -> list[dict]:
+    def _per_round(
+        req: dict[str, Any], ok: np.ndarray, real: np.ndarray, dec: dict[str, np.ndarray]
+    ) -> list[dict]:
         """One entry per round 0..max round seen (bench_multiturn lists every round, empty ones too)."""
-        rounds = req["round"].to_numpy()
+        rounds = req["round"]
         if not real.any():
             return []
-        prompt, cached = req["prompt_len"].to_numpy(), req["cached_tokens"].to_numpy()
-        ttft, latency = req["ttft_s"].to_numpy(), req["latency_s"].to_numpy()
+        prompt, cached = req["prompt_len"], req["cached_tokens"]
+        ttft, latency = req["ttft_s"], req["latency_s"]
         # decode steps grouped by round; a stable sort keeps each round's steps in step order
-        dec_round = dec["round"].to_numpy()
+        dec_round = dec["round"]
         order = np.argsort(dec_round, kind="stable")
-        full_usage = dec["full_token_usage"].to_numpy(np.float64)[order]
-        swa_usage = dec["swa_token_usage"].to_numpy(np.float64)[order]
+        full_usage = dec["full_token_usage"].astype(np.float64)[order]
+        swa_usage = dec["swa_token_usage"].astype(np.float64)[order]
         sorted_round = dec_round[order]
         result = []
         for r in range(int(rounds[real].max()) + 1):
