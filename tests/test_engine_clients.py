@@ -162,7 +162,7 @@ def _trace(arrival, parent=None, session=None, prompt=32, output=8) -> Trace:
 def test_requests_from_trace_pages_and_fields():
     trace = load_trace(SAMPLES / "tokens_multiturn.jsonl")
     reqs = requests_from_trace(trace, 16)
-    offsets, ids = trace.sequence_pages(16)
+    offsets, ids = trace.page_keys(16)
     assert len(reqs) == len(trace)
     for i, r in enumerate(reqs):
         assert r.index == i and r.rid == trace.requests["rid"].iloc[i]

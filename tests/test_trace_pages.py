@@ -67,6 +67,7 @@ def test_block_pages_match_prefix_identity(reqs, block, page):
     trace = Trace(make_requests(np.arange(len(reqs)), np.zeros(len(reqs)), prompt, output), content)
     offsets, ids = trace.sequence_pages(page)
     _check_pages(_token_model(content), offsets, ids, page)
+    _check_keys_name_the_same_pages(trace, page, offsets, ids)
     # prompt pages are the leading part of each sequence's pages
     p_off, p_ids = trace.prompt_pages(page)
     for r in range(len(reqs)):
@@ -105,6 +106,15 @@ def test_token_pages_match_prefix_identity(seqs, page):
     )
     p_off, ids = trace.sequence_pages(page)
     _check_pages([list(s) for s in seqs], p_off, ids, page)
+    _check_keys_name_the_same_pages(trace, page, p_off, ids)
+
+
+def _check_keys_name_the_same_pages(trace, page, offsets, ids):
+    """page_keys (what the simulator uses) are equal exactly where the dense ids are."""
+    k_off, keys = trace.page_keys(page)
+    assert list(k_off) == list(offsets) and len(keys) == len(ids)
+    pairs = set(zip(keys.tolist(), ids.tolist(), strict=True))
+    assert len({k for k, _ in pairs}) == len(pairs) == len({i for _, i in pairs})
 
 
 def test_chained_ids_are_kept_and_unchained_are_rechained():

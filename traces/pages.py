@@ -25,6 +25,17 @@ def block_starts(content: BlockContent) -> np.ndarray:
 
 def sequence_pages(content: Content, page_size: int) -> tuple[np.ndarray, np.ndarray]:
     """CSR (offsets over requests, dense page ids) of every full page of each sequence."""
+    offsets, keys = page_keys(content, page_size)
+    ids, _ = first_appearance_ids(keys)
+    return offsets, ids
+
+
+def page_keys(content: Content, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSR (offsets over requests, page keys): equal keys exactly for equal pages.
+
+    The keys are :func:`sequence_pages` before its dense renumbering, which sorts every page of
+    the trace; a consumer that only compares pages (the radix tree) can skip that sort.
+    """
     if page_size < 1:
         raise ValueError(f"page size must be >= 1, got {page_size}")
     if isinstance(content, BlockContent):
@@ -43,11 +54,11 @@ def _block_pages(content: BlockContent, page_size: int) -> tuple[np.ndarray, np.
     owner = np.repeat(np.arange(len(n_pages), dtype=np.int64), n_pages)
     page_end = (first_page[owner] + 1 + blk) * page_size
     offset_in_block = page_end - starts[owner]
-    ids, _ = first_appearance_ids(pack_pairs(content.chain_ids[owner], offset_in_block))
+    keys = pack_pairs(content.chain_ids[owner], offset_in_block)
     seq_lens = content.seq_lens()
     offsets = np.zeros(len(seq_lens) + 1, dtype=np.int64)
     np.cumsum(seq_lens // page_size, out=offsets[1:])
-    return offsets, ids
+    return offsets, keys
 
 
 def _token_pages(content: TokenContent, page_size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -61,5 +72,4 @@ def _token_pages(content: TokenContent, page_size: int) -> tuple[np.ndarray, np.
         return offsets, np.zeros(0, dtype=np.int64)
     _, row_ids = np.unique(rows, axis=0, return_inverse=True)
     chained, _ = chain_block_ids(row_ids.reshape(-1).astype(np.int64), offsets)
-    ids, _ = first_appearance_ids(chained)
-    return offsets, ids
+    return offsets, chained

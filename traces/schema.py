@@ -133,11 +133,22 @@ class Trace:
         Two requests share page id at position k exactly when they share the whole token prefix up
         to the end of page k. Ids are dense, numbered in order of first appearance.
         """
-        from traces.pages import sequence_pages
+        from traces.chains import first_appearance_ids
 
         key = ("seq", int(page_size))
         if key not in self._pages_cache:
-            self._pages_cache[key] = sequence_pages(self.content, int(page_size))
+            offsets, keys = self.page_keys(page_size)
+            self._pages_cache[key] = (offsets, first_appearance_ids(keys)[0])
+        return self._pages_cache[key]
+
+    def page_keys(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (offsets, page keys) like :meth:`sequence_pages`, without the dense renumbering:
+        equal keys exactly for equal pages, which is all the radix tree compares."""
+        from traces.pages import page_keys
+
+        key = ("keys", int(page_size))
+        if key not in self._pages_cache:
+            self._pages_cache[key] = page_keys(self.content, int(page_size))
         return self._pages_cache[key]
 
     def prompt_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -63,14 +63,14 @@ class ClientStats:
 
 
 def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
-    """One :class:`SimRequest` per trace row, with the exact page ids of its prompt ++ output.
+    """One :class:`SimRequest` per trace row, with the exact page keys of its prompt ++ output.
 
     ``round`` is the row's ``turn``; ``index`` its row. Rows of a bench_multiturn trace without a
     session are the barrier heartbeats and are flagged ``heartbeat``.
     """
     if page_size < 1:
         raise ConfigError(f"page size must be >= 1, got {page_size}")
-    offsets, ids = trace.sequence_pages(page_size)
+    offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed
     req = trace.requests
     rids = req["rid"].astype(str).tolist()
     session_na = req["session_id"].isna().to_numpy()

@@ -12,7 +12,8 @@ import numpy as np
 class SimRequest:
     """A request: its content as page ids and lengths, and what the server did with it.
 
-    ``pages`` are the ids of the full pages of prompt ++ output (``Trace.sequence_pages``).
+    ``pages`` are the keys of the full pages of prompt ++ output (``Trace.page_keys``: equal
+    exactly for equal pages).
     Times are simulated seconds. ``arrival_s`` is when the client sends it (bench_multiturn's
     POST); ``first_token_s`` when the first output token is produced (end of its last prefill
     chunk); ``finish_s`` when the last output token is produced.
