@@ -50,11 +50,12 @@ def _block_pages(content: BlockContent, page_size: int) -> tuple[np.ndarray, np.
     ends = starts + content.block_lens
     first_page = starts // page_size  # pages already ended before this block
     n_pages = ends // page_size - first_page
-    blk, _ = gather_ranges(np.zeros(len(n_pages), np.int64), n_pages)  # within-block page index
-    owner = np.repeat(np.arange(len(n_pages), dtype=np.int64), n_pages)
-    page_end = (first_page[owner] + 1 + blk) * page_size
-    offset_in_block = page_end - starts[owner]
-    keys = pack_pairs(content.chain_ids[owner], offset_in_block)
+    # page k of a block ends at (first_page + 1 + k) * page_size: its offset in the block is
+    # the block's first page end minus the block start, plus k pages
+    first_end = (first_page + 1) * page_size - starts
+    blk, _ = gather_ranges(np.zeros(len(n_pages), np.int64), n_pages)  # k
+    offset_in_block = np.repeat(first_end, n_pages) + blk * page_size
+    keys = pack_pairs(np.repeat(content.chain_ids, n_pages), offset_in_block)
     seq_lens = content.seq_lens()
     offsets = np.zeros(len(seq_lens) + 1, dtype=np.int64)
     np.cumsum(seq_lens // page_size, out=offsets[1:])
