@@ -253,3 +253,15 @@ def test_collector_freeze_is_undone_and_leaves_a_callers_freeze_alone():
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_prefill_memo_returns_the_cost_models_price_and_stays_bounded(monkeypatch):
+    import simulator.engine.server as server_module
+
+    monkeypatch.setattr(server_module, "PREFILL_MEMO_SIZE", 3)
+    srv = ServerModel(simpy.Environment(), SimConfig(), POOLS[0], LinearCost())
+    cost = LinearCost()
+    for ext, pre in [(100, 0), (100, 0), (64, 128), (7, 9), (100, 0), (5, 5), (64, 128)]:
+        assert srv._prefill_time([ext], [pre]) == cost.prefill_time([ext], [pre])
+        assert len(srv._prefill_memo) <= 3
+    assert srv._prefill_time([10, 20], [0, 5]) == cost.prefill_time([10, 20], [0, 5])  # not memoised

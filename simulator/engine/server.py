@@ -39,6 +39,7 @@ INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
 MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
+PREFILL_MEMO_SIZE = 1 << 16  # one-request prefill prices kept (cleared when full)
 
 
 @dataclass(eq=False)
@@ -206,6 +207,7 @@ class ServerModel:
         self._interrupt_before = -math.inf
         self._next_arrival = math.inf  # the client's announced next submission (open loop)
         self._terms_cache: dict[int, tuple] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
         self.obs.on_start(
             PoolCapacity(self.allocator.full_capacity, self.allocator.swa_capacity),
             dict(
@@ -493,7 +495,7 @@ class ServerModel:
         if cached_before is None:
             return
         ext = [r.extend_end - r.prefix_len for r in batch]
-        dur = self.cost.prefill_time(ext, [r.prefix_len for r in batch])
+        dur = self._prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self._used()
         yield self.env.timeout(dur)
         t1 = self.env.now
@@ -550,7 +552,7 @@ class ServerModel:
                 break
             self.forward_ct += 1
             ext = req.extend_end - req.prefix_len
-            dur = self.cost.prefill_time([ext], [req.prefix_len])
+            dur = self._prefill_time([ext], [req.prefix_len])
             full_used, swa_used = self._used()
             t = t0 + dur
             records.append((t0, t, ext, cached_before, full_used, swa_used))
@@ -615,7 +617,7 @@ class ServerModel:
         if cached_before is None:
             return None
         ext = [r.extend_end - r.prefix_len for r in batch]
-        dur = self.cost.prefill_time(ext, [r.prefix_len for r in batch])
+        dur = self._prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self._used()
         # the scheduler merges the prefilled requests into the next decode batch right away
         for r in batch:
@@ -1003,6 +1005,19 @@ class ServerModel:
             r.decode_batch_idx += n
             r.num_outputs += n
         return full_used0, swa_used0, opens, frees
+
+    def _prefill_time(self, extend: list[int], prefix: list[int]) -> float:
+        """``cost.prefill_time``, memoised for one-request batches (most of them): chunks of
+        long prompts repeat the same (extend, prefix) pairs, and the cost model is pure."""
+        if len(extend) != 1:
+            return self.cost.prefill_time(extend, prefix)
+        key = (extend[0], prefix[0])
+        t = self._prefill_memo.get(key)
+        if t is None:
+            if len(self._prefill_memo) >= PREFILL_MEMO_SIZE:
+                self._prefill_memo.clear()
+            t = self._prefill_memo[key] = self.cost.prefill_time(extend, prefix)
+        return t
 
     def _decode_terms(self, bs: int) -> tuple[float, float, float, float, float]:
         """``(C, fa, fb, sa, sb)`` of a decode step of ``bs`` requests (:class:`DecodeClock`)."""
