@@ -135,9 +135,10 @@ def test_retraction_under_decode_pressure():
     assert retracted and all(not r.aborted for r in retracted)
 
 
-@pytest.mark.parametrize("swa", ["interval", "none"])
-def test_fast_forward_is_exact_on_the_bundled_trace(swa):
-    """Jumps (past finishes, arrivals, chunk trains) reproduce a one-step-at-a-time run exactly."""
+@pytest.mark.parametrize("swa,think", [("interval", 0.0), ("none", 0.0), ("interval", 0.5)])
+def test_fast_forward_is_exact_on_the_bundled_trace(swa, think):
+    """Jumps (past finishes, arrivals, chunk trains) reproduce a one-step-at-a-time run exactly.
+    With think time, later turns wait for their parents: unannounced arrivals cut jumps short."""
     from pathlib import Path
 
     from simulator.engine.metrics import Recorder
@@ -150,7 +151,13 @@ def test_fast_forward_is_exact_on_the_bundled_trace(swa):
     frames, counters = [], []
     for ff in (True, False):
         cfg = SimConfig(
-            model="gpt-oss-120b", gpu="H200", tp=2, page_size=64, swa_eviction=swa, fast_forward=ff
+            model="gpt-oss-120b",
+            gpu="H200",
+            tp=2,
+            page_size=64,
+            swa_eviction=swa,
+            fast_forward=ff,
+            think_time_s=think,
         )
         rec = Recorder.from_config(cfg)
         server = simulate(trace, cfg, rec)

@@ -246,24 +246,33 @@ def _open_loop(
         if kids:
             done.callbacks.append(lambda _ev, kids=kids: release(kids))
 
-    def release(kids: list[int]) -> None:
-        # The parent just finished: each waiting child goes at max(own time, now + think time).
-        for c in kids:
-            at = env.now + think
-            if not math.isnan(own[c]):
-                at = max(at, t0 + float(own[c]))
-            env.timeout(at - env.now).callbacks.append(lambda _ev, c=c: submit(c))
+    # A waiting turn goes at max(own time, parent finish + think time). When its own time is the
+    # later one, the loop below sends it at that time, as it sends a root: at exactly that time
+    # (a parent's finish can differ by rounding between two exact ways of running the same
+    # schedule, fast-forward on or off, and so could a time derived from it), and in row order
+    # with the other sends of that instant.
+    released = np.zeros(len(reqs), dtype=bool)  # the parent finished in time for the own time
+    passed = np.zeros(len(reqs), dtype=bool)  # the loop is past the turn's own time
 
-    roots = np.flatnonzero(~waits)
-    roots = roots[np.argsort(own[roots], kind="stable")]
+    def release(kids: list[int]) -> None:
+        for c in kids:
+            if not passed[c] and not math.isnan(own[c]) and env.now + think <= t0 + float(own[c]):
+                released[c] = True  # the loop sends it at its own time
+            else:
+                env.timeout(think).callbacks.append(lambda _ev, c=c: submit(c))
+
+    timed = np.flatnonzero(~np.isnan(own))  # roots, and waiting turns that have an own time
+    timed = timed[np.argsort(own[timed], kind="stable")]
     expect = getattr(server, "expect_arrival", None)  # optional: lets the server plan its jumps
-    for i, t in zip(roots.tolist(), own[roots].tolist(), strict=True):
+    for i, t in zip(timed.tolist(), own[timed].tolist(), strict=True):
         delay = t0 + t - env.now
         if delay > 0:
             if expect is not None:
                 expect(env.now + delay)  # the float simpy will schedule at
             yield env.timeout(delay)
-        submit(i)
+        passed[i] = True
+        if not waits[i] or released[i]:
+            submit(i)
     if expect is not None:
         expect(math.inf)
     yield tracker.all_done
