@@ -2,11 +2,12 @@
 
 Usage: python benchmarks/compare_runs.py OTHER_CHECKOUT [THIS_CHECKOUT]
 
-For work on the hot path that must not change a single result: runs five configurations (both
-Mooncake traces at the benchmark's settings, a small pool that evicts inside decode jumps, page
-16 with ``window`` decode eviction, page 1 with ``iteration`` eviction on the legacy tree) in
-each checkout, in child processes, and compares every frame column, the summary and the
-counters exactly (NaN equals NaN). Exits 1 and lists the first differences if any.
+For work on the hot path that must not change a single result. Runs six configurations in
+each checkout, in child processes: both Mooncake traces at the benchmark's settings, a small
+pool that evicts inside decode jumps, page 16 with ``window`` decode eviction, page 1 with
+``iteration`` eviction on the legacy tree, and seed 000's bench_multiturn closed loop. Compares
+every frame column, the summary and the counters exactly (NaN equals NaN); exits 1 and lists the
+first differences if any.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ CASES = [
         "arxiv_trace_head1000.jsonl",
         dict(BASE, page_size=1, swa_eviction="iteration", tombstone="legacy", max_total_tokens=400_000),
     ),
+    # the bench_multiturn closed loop of seed 000 (PR 17220), after the PR: legacy tree, window eviction
+    ("seed 000 closed loop", "seed_000", dict(swa_eviction="window")),
 ]
 
 CHILD = """
@@ -47,9 +50,14 @@ from simulator.engine.simulate import simulate
 from traces import load_trace
 results = {}
 for name, path, kwargs in pickle.loads(bytes.fromhex(sys.argv[3])):
-    cfg = SimConfig(**kwargs)
+    if path == "seed_000":
+        from simulator.validation.seed_000 import WORKLOAD, seed_config
+        from traces import generate_bench_multiturn
+        trace, cfg = generate_bench_multiturn(WORKLOAD), seed_config(kwargs["swa_eviction"])
+    else:
+        trace, cfg = load_trace(path), SimConfig(**kwargs)
     rec = Recorder.from_config(cfg)
-    simulate(load_trace(path), cfg, rec)
+    simulate(trace, cfg, rec)
     frames = {k: v.to_dict("list") for k, v in rec.frames().items()}
     results[name] = dict(summary=rec.summary(), frames=frames, counters=rec.counters)
 with open(out, "wb") as fh:
@@ -58,7 +66,9 @@ with open(out, "wb") as fh:
 
 
 def run(checkout: Path) -> dict:
-    cases = [(name, str(MOONCAKE / file), kwargs) for name, file, kwargs in CASES]
+    cases = [
+        (name, file if file == "seed_000" else str(MOONCAKE / file), kwargs) for name, file, kwargs in CASES
+    ]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.pkl"
         cmd = [sys.executable, "-c", CHILD, str(checkout), str(out), pickle.dumps(cases).hex()]
