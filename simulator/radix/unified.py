@@ -109,8 +109,10 @@ class UnifiedSWARadixTree:
     def _new_node(self, key: np.ndarray, length: int, priority: int = 0) -> TreeNode:
         node = TreeNode(self._next_id, key, length, priority)
         self._next_id += 1
-        node.last_access_time = self._tick()
-        node.creation_time = self._tick()
+        t = self._time  # two ticks: last access, then creation
+        node.last_access_time = t
+        node.creation_time = t + 1.0
+        self._time = t + 2.0
         return node
 
     def _new_uuid(self) -> int:
@@ -363,13 +365,16 @@ class UnifiedSWARadixTree:
             while x is not self.root:
                 path.append(x)
                 x = x.parent
+            t = self._time
             for x in reversed(path):  # the walk over the protected prefix: touch, priority, hits
-                x.last_access_time = self._tick()
+                x.last_access_time = t  # one tick per node
+                t += 1.0
                 if x.priority < priority:
                     x.priority = priority
                 total += x.length
                 if total > inserted_len:
                     x.hit_count += 1
+            self._time = t
             assert total == prev_prefix_len, (total, prev_prefix_len)
             node = protected_node
             off = total // p
