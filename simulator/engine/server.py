@@ -873,33 +873,11 @@ class ServerModel:
         cache-side release is replayed in step order after the clock has moved.
         """
         batch = list(self.running)
-        w = self.window
         now = self.env.now
         seqs = [r.kv_allocated_len for r in batch]
         last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
-        cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
-        segments: list[tuple[int, int, list[int]]] = []  # (first step, end step, member indices)
-        # each segment's batch size and FULL / SWA context sums at its first step; a step costs
-        # C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs)) (CostModel.decode_terms)
-        clock = DecodeClock(now, [], *self._decode_terms(1)[1:])
         arrival = self._next_arrival if self._next_arrival > now else math.inf
-        a = 0
-        for b in cuts:
-            members = [i for i, f in enumerate(last) if f >= a]
-            segments.append((a, b, members))
-            x0 = y0 = below = 0
-            for i in members:
-                x = seqs[i] + 1 + a  # each step attends over its new token too
-                x0 += x
-                if x < w:
-                    y0 += x
-                    below += 1
-                else:
-                    y0 += w
-            clock.add(b - a, self._decode_terms(len(members))[0], len(members), x0, y0, below)
-            a = b
-            if clock.last_end > arrival:  # the announced arrival comes first: price no further
-                break
+        segments, clock = self._price_jump(seqs, last, k, now, arrival)
         m = clock.steps
         if arrival < clock.last_end:
             # the announced arrival lands in step m - 1: the jump ends with that step
@@ -921,6 +899,52 @@ class ServerModel:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
+        self._apply_jump(batch, seqs, last, segments, clock, m)
+
+    def _price_jump(
+        self, seqs: list[int], last: list[int], k: int, now: float, arrival: float
+    ) -> tuple[list[tuple[int, int, list[int]]], DecodeClock]:
+        """The jump's batch segments ``(first step, end step, member indices)`` and their clock.
+
+        A segment ends where a request leaves (after its last step ``last[i]``). Each is priced
+        from its batch size and FULL / SWA context sums at its first step: a step costs
+        ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))`` (``CostModel.decode_terms``).
+        Pricing stops with the segment in which the announced ``arrival`` falls.
+        """
+        w = self.window
+        cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
+        segments: list[tuple[int, int, list[int]]] = []
+        clock = DecodeClock(now, [], *self._decode_terms(1)[1:])
+        a = 0
+        for b in cuts:
+            members = [i for i, f in enumerate(last) if f >= a]
+            segments.append((a, b, members))
+            x0 = y0 = below = 0
+            for i in members:
+                x = seqs[i] + 1 + a  # each step attends over its new token too
+                x0 += x
+                if x < w:
+                    y0 += x
+                    below += 1
+                else:
+                    y0 += w
+            clock.add(b - a, self._decode_terms(len(members))[0], len(members), x0, y0, below)
+            a = b
+            if clock.last_end > arrival:  # the announced arrival comes first: price no further
+                break
+        return segments, clock
+
+    def _apply_jump(
+        self,
+        batch: list[ServerReq],
+        seqs: list[int],
+        last: list[int],
+        segments: list[tuple[int, int, list[int]]],
+        clock: DecodeClock,
+        m: int,
+    ) -> None:
+        """The cache side of a jump whose first ``m`` steps ran: memory operations, releases at
+        finish in step order, and the jump's report (:class:`DecodeJump`)."""
         forward0 = self.forward_ct
         p = self.page_size
         ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
