@@ -2,12 +2,17 @@
 
 Usage: python benchmarks/compare_runs.py OTHER_CHECKOUT [THIS_CHECKOUT]
 
-For work on the hot path that must not change a single result. Runs six configurations in
-each checkout, in child processes: both Mooncake traces at the benchmark's settings, a small
-pool that evicts inside decode jumps, page 16 with ``window`` decode eviction, page 1 with
-``iteration`` eviction on the legacy tree, and seed 000's bench_multiturn closed loop. Compares
-every frame column, the summary and the counters exactly (NaN equals NaN); exits 1 and lists the
-first differences if any.
+For work on the hot path, and refactors, that must not change a single result. Runs ten
+configurations in each checkout, in child processes: both Mooncake traces at the benchmark's
+settings, a small pool that evicts inside decode jumps, page 16 with ``window`` decode eviction,
+page 1 with ``iteration`` eviction on the legacy tree, seed 000's bench_multiturn closed loop,
+the overlap scheduler loop, LPM scheduling under a queue, a small chunked-prefill size, and a
+bench_multiturn closed loop with heavy retraction (25 retractions). Compares every frame
+column, the summary and the counters exactly (NaN equals NaN); exits 1 and lists the first
+differences if any.
+
+When a refactor moves an entry point, the child imports it with a fallback, so that a checkout
+from before the refactor and one from after it can still be compared.
 """
 
 from __future__ import annotations
@@ -38,6 +43,39 @@ CASES = [
     ),
     # the bench_multiturn closed loop of seed 000 (PR 17220), after the PR: legacy tree, window eviction
     ("seed 000 closed loop", "seed_000", dict(swa_eviction="window")),
+    (
+        "arxiv, overlap loop",
+        "arxiv_trace_head1000.jsonl",
+        dict(BASE, page_size=64, disable_overlap_schedule=False, max_total_tokens=400_000),
+    ),
+    (
+        "arxiv, LPM under a queue",
+        "arxiv_trace_head1000.jsonl",
+        dict(BASE, page_size=64, schedule_policy="lpm", max_total_tokens=500_000, time_scale=0.3),
+    ),
+    (
+        "arxiv, chunk 1024",
+        "arxiv_trace_head1000.jsonl",
+        dict(BASE, page_size=16, chunked_prefill_size=1024, max_total_tokens=500_000),
+    ),
+    # 32 clients x 3 rounds of 500 + 2000 tokens on a 40k-token pool, stopping at EOS: admission
+    # reserves by new_token_ratio, so decode outgrows the pool and retracts (25 retractions)
+    (
+        "closed loop, heavy retraction",
+        "bench:"
+        + repr(
+            dict(
+                num_clients=32,
+                max_parallel=32,
+                request_length=500,
+                output_length=2000,
+                num_rounds=3,
+                request_rate=100,
+                seed=3,
+            )
+        ),
+        dict(BASE, page_size=16, max_total_tokens=40_000, seed=3, ignore_eos=False),
+    ),
 ]
 
 CHILD = """
@@ -47,13 +85,16 @@ sys.path.insert(0, checkout)
 from simulator.engine.config import SimConfig
 from simulator.engine.metrics import Recorder
 from simulator.engine.simulate import simulate
-from traces import load_trace
+from traces import generate_bench_multiturn, load_trace
+from traces.generators.bench_multiturn import BenchMultiturnArgs
 results = {}
 for name, path, kwargs in pickle.loads(bytes.fromhex(sys.argv[3])):
     if path == "seed_000":
         from simulator.validation.seed_000 import WORKLOAD, seed_config
-        from traces import generate_bench_multiturn
         trace, cfg = generate_bench_multiturn(WORKLOAD), seed_config(kwargs["swa_eviction"])
+    elif path.startswith("bench:"):
+        workload = BenchMultiturnArgs(**eval(path[len("bench:"):]))
+        trace, cfg = generate_bench_multiturn(workload), SimConfig(**kwargs)
     else:
         trace, cfg = load_trace(path), SimConfig(**kwargs)
     rec = Recorder.from_config(cfg)
@@ -67,7 +108,8 @@ with open(out, "wb") as fh:
 
 def run(checkout: Path) -> dict:
     cases = [
-        (name, file if file == "seed_000" else str(MOONCAKE / file), kwargs) for name, file, kwargs in CASES
+        (name, file if file == "seed_000" or file.startswith("bench:") else str(MOONCAKE / file), kwargs)
+        for name, file, kwargs in CASES
     ]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "results.pkl"
