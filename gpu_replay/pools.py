@@ -1,0 +1,156 @@
+"""Torch KV pools shaped like SGLang's: per-layer device K/V buffers and a host pool per layout.
+
+Device (``memory_pool.py::MHATokenToKVPool._create_buffers_normal``): one K and one V tensor per
+layer, ``[size + page_size, head_num, head_dim]``; page 0 is the padding page.
+
+Host (``pool_host/mha.py::MHATokenToKVPoolHost.init_kv_buffer``), per component (K or V):
+- ``layer_first``: ``[layer, tokens, head, dim]``
+- ``page_first``: ``[tokens, layer, head, dim]`` (a token's rows of all layers are adjacent)
+- ``page_first_direct``: ``[pages, layer, page_size, head, dim]`` (one page-layer is contiguous)
+
+SGLang stacks K and V into one ``[2, ...]`` tensor; we keep two tensors with the same inner
+layout, which is the same memory pattern per component and allows K and V widths to differ.
+Host memory is pinned as SGLang pins it: an ordinary allocation registered with
+``cudaHostRegister`` (``pool_host/common.py::alloc_with_host_register``; torch's pinned allocator
+would round each block up to a power of two).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from gpu_replay.geometry import HOST_LAYOUTS, PoolGeometry
+
+__all__ = ["DevicePool", "HostPool", "PageAddressing", "build_device_pool", "build_host_pool"]
+
+# Register pinned memory in chunks of at most this many bytes (SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB).
+_REGISTER_CHUNK = 8 << 30
+
+
+@dataclass(frozen=True)
+class PageAddressing:
+    """Where token ``t`` of layer ``l`` lives in one component buffer, in elements:
+    ``base(l) + (t // page) * page_stride + (t % page) * token_stride``; ``bases`` holds the
+    address of layer ``l``'s first element. One form covers every layout and the device pool."""
+
+    bases: tuple[int, ...]
+    page_stride: int
+    token_stride: int
+
+
+def _dtype(nbytes: int) -> torch.dtype:
+    return {2: torch.bfloat16, 1: torch.float8_e4m3fn, 4: torch.float32}[nbytes]
+
+
+@dataclass
+class DevicePool:
+    """Per-layer K/V buffers of one pool (full or SWA) on one device."""
+
+    geo: PoolGeometry
+    k: list[torch.Tensor]
+    v: list[torch.Tensor]
+
+    def addressing(self, component: str) -> PageAddressing:
+        bufs = self.k if component == "k" else self.v
+        row = bufs[0].stride(0)
+        return PageAddressing(
+            bases=tuple(b.data_ptr() for b in bufs), page_stride=row * self.geo.page_size, token_stride=row
+        )
+
+
+def build_device_pool(geo: PoolGeometry, device: str | torch.device, *, fill: str = "empty") -> DevicePool:
+    """Allocate SGLang's per-layer device buffers (``size + page_size`` rows each)."""
+    dtype = _dtype(geo.dtype_bytes)
+    make = torch.empty if fill == "empty" else torch.zeros
+    k = [
+        make((geo.device_rows, geo.head_num, geo.head_dim), dtype=dtype, device=device) for _ in geo.layer_ids
+    ]
+    v = [
+        make((geo.device_rows, geo.head_num, geo.v_head_dim), dtype=dtype, device=device)
+        for _ in geo.layer_ids
+    ]
+    return DevicePool(geo=geo, k=k, v=v)
+
+
+@dataclass
+class HostPool:
+    """One pool's host (L2) buffers in one of SGLang's layouts."""
+
+    geo: PoolGeometry
+    layout: str
+    k: torch.Tensor
+    v: torch.Tensor
+    registered: list[tuple[int, int]] = field(default_factory=list)
+
+    def layer_view(self, component: str, layer: int) -> torch.Tensor:
+        """One layer's view, as SGLang's ``k_data_refs`` / ``v_data_refs``: ``[tokens, head, dim]``
+        (strided for page_first), or ``[pages, page_size, head, dim]`` for page_first_direct,
+        whose tokens are not one stride apart."""
+        buf = self.k if component == "k" else self.v
+        if self.layout == "layer_first":
+            return buf[layer]
+        return buf[:, layer]
+
+    def addressing(self, component: str) -> PageAddressing:
+        buf = self.k if component == "k" else self.v
+        page = self.geo.page_size
+        esize = buf.element_size()
+        base = buf.data_ptr()
+        if self.layout == "layer_first":
+            row = buf.stride(1)
+            layer_stride, page_stride, tok = buf.stride(0), row * page, row
+        elif self.layout == "page_first":
+            layer_stride, tok = buf.stride(1), buf.stride(0)
+            page_stride = tok * page
+        else:
+            page_stride, layer_stride, tok = buf.stride(0), buf.stride(1), buf.stride(2)
+        bases = tuple(base + i * layer_stride * esize for i in range(self.geo.layer_num))
+        return PageAddressing(bases=bases, page_stride=page_stride, token_stride=tok)
+
+    def release(self) -> None:
+        """cudaHostUnregister every range this pool registered."""
+        if self.registered:
+            cudart = torch.cuda.cudart()
+            for ptr, _ in self.registered:
+                cudart.cudaHostUnregister(ptr)
+            self.registered.clear()
+
+
+def _host_dims(geo: PoolGeometry, layout: str, dim: int) -> tuple[int, ...]:
+    if layout == "layer_first":
+        return (geo.layer_num, geo.host_rows, geo.head_num, dim)
+    if layout == "page_first":
+        return (geo.host_rows, geo.layer_num, geo.head_num, dim)
+    if layout == "page_first_direct":
+        return (geo.host_pages, geo.layer_num, geo.page_size, geo.head_num, dim)
+    raise ValueError(f"host layout {layout!r} is not one of {HOST_LAYOUTS}")
+
+
+def build_host_pool(geo: PoolGeometry, layout: str, *, pin: bool) -> HostPool:
+    """Allocate the host pool in ``layout``; ``pin`` registers it with CUDA (needs a GPU)."""
+    dtype = _dtype(geo.dtype_bytes)
+    k = torch.empty(_host_dims(geo, layout, geo.head_dim), dtype=dtype)
+    v = torch.empty(_host_dims(geo, layout, geo.v_head_dim), dtype=dtype)
+    pool = HostPool(geo=geo, layout=layout, k=k, v=v)
+    if pin:
+        for buf in (k, v):
+            pool.registered.extend(_register(buf))
+    return pool
+
+
+def _register(buf: torch.Tensor) -> list[tuple[int, int]]:
+    """pool_host/common.py::_cuda_host_register: cudaHostRegister in bounded chunks."""
+    cudart = torch.cuda.cudart()
+    base, total = buf.data_ptr(), buf.numel() * buf.element_size()
+    done: list[tuple[int, int]] = []
+    for off in range(0, total, _REGISTER_CHUNK):
+        size = min(_REGISTER_CHUNK, total - off)
+        rc = int(cudart.cudaHostRegister(base + off, size, 0))
+        if rc != 0:
+            for ptr, _ in done:
+                cudart.cudaHostUnregister(ptr)
+            raise RuntimeError(f"cudaHostRegister failed (rc={rc}) at offset {off} of {total} bytes")
+        done.append((base + off, size))
+    return done

@@ -1,0 +1,70 @@
+"""SGLang's host-pool transfer entry points over our pools, with a choice of implementation.
+
+``load_to_device_per_layer`` and ``backup_from_device_all_layer`` keep the names and meaning of
+``pool_host/mha.py::MHATokenToKVPoolHost``; :meth:`KVTransfer.transfer` is the general form (any
+layer set, either direction) that the benchmark times.
+
+Implementations per backend:
+- kernel: "reference" (torch gather -> staging -> scatter), "triton" (zero-copy SM kernel);
+- direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
+  "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from gpu_replay.geometry import resolve_layout_io
+from gpu_replay.pools import DevicePool, HostPool
+from gpu_replay.transfer_ref import transfer_direct_ref, transfer_kernel_ref
+
+__all__ = ["IMPLS", "KVTransfer"]
+
+IMPLS = {"kernel": ("reference", "triton"), "direct": ("reference", "batch", "loop")}
+
+
+class KVTransfer:
+    """Host<->device page mover for one host pool and its device pool."""
+
+    def __init__(self, host: HostPool, dev: DevicePool, io_backend: str, impl: str, **options) -> None:
+        layout, backend = resolve_layout_io(host.layout, io_backend)
+        if (layout, backend) != (host.layout, io_backend):
+            raise ValueError(
+                f"--hicache-mem-layout {host.layout} with --hicache-io-backend {io_backend} is not a "
+                f"pair SGLang runs (it would use {layout} with {backend})"
+            )
+        if impl not in IMPLS[io_backend]:
+            raise ValueError(f"{io_backend} backend implementations are {IMPLS[io_backend]}, not {impl!r}")
+        self.host, self.dev, self.io_backend, self.impl = host, dev, io_backend, impl
+        self._fn = self._make(options)
+
+    def _make(self, options):
+        host, dev = self.host, self.dev
+        if self.impl == "reference":
+            ref = transfer_kernel_ref if self.io_backend == "kernel" else transfer_direct_ref
+            return lambda hi, di, layers, direction: ref(host, dev, hi, di, layers, direction)
+        if self.impl == "triton":
+            from gpu_replay.transfer_triton import TritonTransfer
+
+            return TritonTransfer(host, dev, options.get("config"))
+        from gpu_replay.transfer_direct import DirectTransfer
+
+        return DirectTransfer(host, dev, mode=self.impl, merge=options.get("merge", True))
+
+    def transfer(
+        self, host_indices: torch.Tensor, device_indices: torch.Tensor, layers: Sequence[int], direction: str
+    ) -> None:
+        """Move token slots ``host_indices`` <-> ``device_indices`` of pool-local ``layers``."""
+        self._fn(host_indices, device_indices, layers, direction)
+
+    def load_to_device_per_layer(
+        self, host_indices: torch.Tensor, device_indices: torch.Tensor, layer_id: int
+    ) -> None:
+        """Host -> device, one layer (what HiCache's load-back issues per layer)."""
+        self._fn(host_indices, device_indices, (layer_id,), "h2d")
+
+    def backup_from_device_all_layer(self, host_indices: torch.Tensor, device_indices: torch.Tensor) -> None:
+        """Device -> host, every layer of the pool (HiCache's write-back)."""
+        self._fn(host_indices, device_indices, tuple(range(self.host.geo.layer_num)), "d2h")

@@ -1,0 +1,202 @@
+"""GPU replay pools and KV page transfers against an independent expectation.
+
+Every implementation runs on random bits with a poisoned destination and random page ids; the
+expectation is plain indexing of token rows, so a transfer that skips, misplaces or over-writes
+a row fails. CPU torch runs the references, the copy plan of the direct backend and (under
+Triton's interpreter) the Triton kernel; tests marked ``gpu`` run the same matrix on CUDA.
+"""
+
+from __future__ import annotations
+
+import os
+import zlib
+
+import pytest
+
+torch = pytest.importorskip("torch")
+os.environ.setdefault("TRITON_INTERPRET", "0" if torch.cuda.is_available() else "1")
+
+from gpu_replay.geometry import PoolGeometry, rank_geometry  # noqa: E402
+from gpu_replay.pools import build_device_pool, build_host_pool  # noqa: E402
+from gpu_replay.transfer import KVTransfer  # noqa: E402
+from gpu_replay.transfer_triton import KernelConfig, triton_available  # noqa: E402
+
+POISON = 0x7FC1  # a bf16 NaN bit pattern no random draw below produces
+HAS_CUDA = torch.cuda.is_available()
+
+COMBOS = [
+    ("layer_first", "kernel", "reference"),
+    ("page_first", "kernel", "reference"),
+    ("layer_first", "kernel", "triton"),
+    ("page_first", "kernel", "triton"),
+    ("layer_first", "direct", "reference"),
+    ("page_first_direct", "direct", "reference"),
+    ("layer_first", "direct", "batch"),
+    ("page_first_direct", "direct", "batch"),
+    ("layer_first", "direct", "loop"),
+    ("page_first_direct", "direct", "loop"),
+]
+
+
+def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
+    return PoolGeometry(
+        name="full",
+        layer_ids=(1, 3, 5),
+        head_num=2,
+        head_dim=head_dim,
+        v_head_dim=v_head_dim,
+        dtype_bytes=2,
+        page_size=page,
+        device_tokens=24 * page,
+        host_tokens=40 * page,
+    )
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view(torch.int16)
+
+
+def _randomize(t: torch.Tensor, gen: torch.Generator) -> None:
+    vals = torch.randint(-(1 << 14), 1 << 14, t.shape, generator=gen, dtype=torch.int16)
+    _bits(t).copy_(vals.to(t.device))
+
+
+def _host_tokens(host, comp: str, layer: int) -> torch.Tensor:
+    """Token-major copy of one host layer, built by hand from the layout's dims."""
+    buf = host.k if comp == "k" else host.v
+    if host.layout == "layer_first":
+        return buf[layer].clone()
+    if host.layout == "page_first":
+        return buf[:, layer].clone()
+    return buf[:, layer].reshape(-1, *buf.shape[3:]).clone()
+
+
+def _random_pages(n: int, total: int, gen: torch.Generator) -> torch.Tensor:
+    """n distinct page ids in [1, total) (page 0 is SGLang's padding page)."""
+    return torch.randperm(total - 1, generator=gen)[:n] + 1
+
+
+def _token_slots(pages: torch.Tensor, page: int) -> torch.Tensor:
+    return (pages[:, None] * page + torch.arange(page)).flatten()
+
+
+def _skip_unavailable(impl: str, device: str) -> None:
+    if impl == "triton" and not triton_available():
+        pytest.skip("triton is not installed")
+    if impl == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        pytest.skip("Triton on CPU needs TRITON_INTERPRET=1")
+
+
+def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
+    _skip_unavailable(impl, device)
+    geo = geo or _geo()
+    gen = torch.Generator().manual_seed(seed)
+    host = build_host_pool(geo, layout, pin=device != "cpu")
+    dev = build_device_pool(geo, device)
+    try:
+        for t in (host.k, host.v, *dev.k, *dev.v):
+            _randomize(t, gen)
+        n_pages = int(torch.randint(1, 12, (1,), generator=gen))
+        hp = _random_pages(n_pages, geo.host_pages, gen)
+        dp = _random_pages(n_pages, geo.device_pages, gen)
+        hi, di = _token_slots(hp, geo.page_size), _token_slots(dp, geo.page_size)
+        layers = (int(torch.randint(0, geo.layer_num, (1,), generator=gen)),) if scope == "one" else (0, 1, 2)
+        src_h = {(c, lay): _host_tokens(host, c, lay) for c in "kv" for lay in range(geo.layer_num)}
+        src_d = {
+            (c, lay): (dev.k if c == "k" else dev.v)[lay].cpu().clone() for c in "kv" for lay in range(3)
+        }
+        # Poison the destination side.
+        for t in (host.k, host.v) if direction == "d2h" else (*dev.k, *dev.v):
+            _bits(t).fill_(POISON)
+        kwargs = {"config": KernelConfig(programs=3, tok=2)} if impl == "triton" else {}
+        mover = KVTransfer(host, dev, backend, impl, **kwargs)
+        idx_dev = dev.k[0].device if backend == "kernel" else "cpu"
+        mover.transfer(hi.to(idx_dev), di.to(idx_dev), layers, direction)
+        if device != "cpu":
+            torch.cuda.synchronize()
+        for c in "kv":
+            for lay in range(geo.layer_num):
+                if direction == "h2d":
+                    got = (dev.k if c == "k" else dev.v)[lay].cpu()
+                    moved, rows, want = lay in layers, di, src_h[(c, lay)][hi]
+                else:
+                    got = _host_tokens(host, c, lay)
+                    moved, rows, want = lay in layers, hi, src_d[(c, lay)][di]
+                untouched = torch.ones(got.shape[0], dtype=torch.bool)
+                if moved:
+                    assert torch.equal(_bits(got[rows]), _bits(want)), (c, lay)
+                    untouched[rows] = False
+                assert bool((_bits(got[untouched]) == POISON).all()), f"stray write in {c} layer {lay}"
+    finally:
+        host.release()
+
+
+@pytest.mark.parametrize("layout,backend,impl", COMBOS)
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("scope", ["one", "all"])
+def test_transfer_cpu(layout, backend, impl, direction, scope):
+    _run_case(
+        layout,
+        backend,
+        impl,
+        direction,
+        scope,
+        "cpu",
+        seed=zlib.crc32(f"{layout}{impl}{direction}{scope}".encode()),
+    )
+
+
+@pytest.mark.parametrize("impl", ["reference", "triton"])
+def test_kernel_backend_unequal_k_v_widths(impl):
+    """MiMo-style pools (K 192, V 128 wide) take two launches with their own row widths."""
+    _run_case("page_first", "kernel", impl, "h2d", "all", "cpu", seed=7, geo=_geo(head_dim=24, v_head_dim=16))
+
+
+def test_direct_plan_merges_adjacent_pages_only():
+    from gpu_replay.transfer_direct import plan_direct
+
+    geo = _geo()
+    host, dev = build_host_pool(geo, "layer_first", pin=False), build_device_pool(geo, "cpu")
+    hp, dp = torch.tensor([5, 6, 7, 20, 9]), torch.tensor([3, 4, 5, 11, 1])
+    hi, di = _token_slots(hp, 4), _token_slots(dp, 4)
+    plan = plan_direct(host, dev, hi, di, (0, 2), "h2d")
+    assert plan.count == 2 * 2 * 3  # K/V x 2 layers x runs [5-7], [20], [9]
+    assert plan.nbytes == 2 * 2 * 5 * geo.page_size * geo.k_row_bytes
+    pfd = build_host_pool(geo, "page_first_direct", pin=False)
+    assert (
+        plan_direct(pfd, dev, hi, di, (0, 2), "h2d").count == 2 * 2 * 5
+    )  # pages of one layer are not adjacent
+
+
+def test_invalid_layout_backend_pairs_are_refused():
+    geo = _geo()
+    dev = build_device_pool(geo, "cpu")
+    with pytest.raises(ValueError, match="page_first_direct"):
+        KVTransfer(build_host_pool(geo, "page_first", pin=False), dev, "direct", "reference")
+    with pytest.raises(ValueError, match="direct"):
+        KVTransfer(build_host_pool(geo, "page_first_direct", pin=False), dev, "kernel", "triton")
+
+
+def test_gpt_oss_tp2_pools_match_sglang_geometry():
+    geo = rank_geometry("gpt-oss-120b", 2, page_size=64, gpu="H100")
+    full, swa = geo.pool("full"), geo.pool("swa")
+    assert (full.layer_num, swa.layer_num) == (18, 18)
+    assert full.head_num == 4 and full.k_row_bytes == 512
+    assert full.page_layer_bytes == 64 * 1024  # the issue's 64 KiB per page and layer
+    small = _geo()
+    for layout, shape in [
+        ("layer_first", (3, small.host_rows, 2, 16)),
+        ("page_first", (small.host_rows, 3, 2, 16)),
+        ("page_first_direct", (small.host_pages, 3, 4, 2, 16)),
+    ]:
+        assert tuple(build_host_pool(small, layout, pin=False).k.shape) == shape
+    assert tuple(build_device_pool(small, "cpu").k[0].shape) == (small.device_rows, 2, 16)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("layout,backend,impl", COMBOS)
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("scope", ["one", "all"])
+def test_transfer_cuda(layout, backend, impl, direction, scope):
+    _run_case(layout, backend, impl, direction, scope, "cuda", seed=11)
