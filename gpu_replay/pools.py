@@ -60,18 +60,21 @@ class DevicePool:
         )
 
 
-def build_device_pool(geo: PoolGeometry, device: str | torch.device, *, fill: str = "empty") -> DevicePool:
-    """Allocate SGLang's per-layer device buffers (``size + page_size`` rows each)."""
+def build_device_pool(geo: PoolGeometry, device: str | torch.device, *, stacked: bool = False) -> DevicePool:
+    """Allocate SGLang's per-layer device buffers (``size + page_size`` rows each).
+
+    ``stacked`` carves the per-layer buffers out of one allocation, so that layers sit a constant
+    stride apart (SGLang allocates each separately); each buffer is unchanged, and the direct
+    backend can then move a page of every layer in one pitched copy."""
     dtype = _dtype(geo.dtype_bytes)
-    make = torch.empty if fill == "empty" else torch.zeros
-    k = [
-        make((geo.device_rows, geo.head_num, geo.head_dim), dtype=dtype, device=device) for _ in geo.layer_ids
-    ]
-    v = [
-        make((geo.device_rows, geo.head_num, geo.v_head_dim), dtype=dtype, device=device)
-        for _ in geo.layer_ids
-    ]
-    return DevicePool(geo=geo, k=k, v=v)
+    out = []
+    for dim in (geo.head_dim, geo.v_head_dim):
+        shape = (geo.device_rows, geo.head_num, dim)
+        if stacked:
+            out.append(list(torch.empty((geo.layer_num, *shape), dtype=dtype, device=device).unbind(0)))
+        else:
+            out.append([torch.empty(shape, dtype=dtype, device=device) for _ in geo.layer_ids])
+    return DevicePool(geo=geo, k=out[0], v=out[1])
 
 
 @dataclass

@@ -7,7 +7,8 @@ layer set, either direction) that the benchmark times.
 Implementations per backend:
 - kernel: "reference" (torch gather -> staging -> scatter), "triton" (zero-copy SM kernel);
 - direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
-  "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each).
+  "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each),
+  "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from gpu_replay.transfer_ref import transfer_direct_ref, transfer_kernel_ref
 
 __all__ = ["IMPLS", "KVTransfer"]
 
-IMPLS = {"kernel": ("reference", "triton"), "direct": ("reference", "batch", "loop")}
+IMPLS = {"kernel": ("reference", "triton"), "direct": ("reference", "batch", "loop", "pitched")}
 
 
 class KVTransfer:

@@ -26,19 +26,27 @@ __all__ = ["CopyPlan", "DirectTransfer", "plan_direct"]
 
 @dataclass(frozen=True)
 class CopyPlan:
-    """Byte copies: ``dst[i] <- src[i]`` of ``size[i]`` bytes."""
+    """Byte copies: ``height[i]`` rows of ``width[i]`` bytes from ``src[i]`` to ``dst[i]``, rows
+    ``src_pitch[i]`` / ``dst_pitch[i]`` bytes apart (height 1 is a plain copy)."""
 
     dst: np.ndarray
     src: np.ndarray
-    size: np.ndarray
+    width: np.ndarray
+    height: np.ndarray
+    dst_pitch: np.ndarray
+    src_pitch: np.ndarray
 
     @property
     def count(self) -> int:
-        return int(self.size.size)
+        return int(self.width.size)
 
     @property
     def nbytes(self) -> int:
-        return int(self.size.sum())
+        return int((self.width * self.height).sum())
+
+    @property
+    def pitched(self) -> bool:
+        return bool((self.height > 1).any())
 
 
 def _page_addrs(addr, layers: Sequence[int], pages: np.ndarray, esize: int) -> np.ndarray:
@@ -56,8 +64,12 @@ def plan_direct(
     direction: str,
     *,
     merge: bool = True,
+    pitched: bool = False,
 ) -> CopyPlan:
-    """One copy per (component, layer, page), merged where both sides continue contiguously."""
+    """One copy per (component, layer, page), merged where both sides continue contiguously.
+
+    ``pitched``: where the selected layers sit a constant stride apart on both sides (a stacked
+    device pool), one pitched copy moves a page (or run of pages) of every layer."""
     if host.layout == "page_first":
         raise ValueError("the direct backend has no page_first path (SGLang switches to page_first_direct)")
     if direction not in ("h2d", "d2h"):
@@ -66,22 +78,36 @@ def plan_direct(
     hp = np.asarray(page_starts(host_indices.cpu(), page), dtype=np.int64)
     dp = np.asarray(page_starts(device_indices.cpu(), page), dtype=np.int64)
     esize = dev.k[0].element_size()
-    dsts, srcs, sizes = [], [], []
+    parts = []
     for comp in ("k", "v"):
         h_addr, d_addr = host.addressing(comp), dev.addressing(comp)
-        page_bytes = page * d_addr.token_stride * esize
         if h_addr.token_stride != d_addr.token_stride:
             raise ValueError("host and device rows differ in width")
+        page_bytes = page * d_addr.token_stride * esize
         h = _page_addrs(h_addr, layers, hp, esize)
         d = _page_addrs(d_addr, layers, dp, esize)
+        h_pitch, d_pitch = _layer_pitch(h), _layer_pitch(d)
+        rows = 1
+        if pitched and h_pitch and d_pitch:
+            h, d, rows = h[:1], d[:1], len(layers)
         n = np.full(h.shape, page_bytes, dtype=np.int64)
         if merge and hp.size > 1:
             h, d, n = _merge_runs(h, d, n, page_bytes)
+        h, d, n = h.ravel(), d.ravel(), n.ravel()
         src, dst = (h, d) if direction == "h2d" else (d, h)
-        dsts.append(dst.ravel())
-        srcs.append(src.ravel())
-        sizes.append(n.ravel())
-    return CopyPlan(dst=np.concatenate(dsts), src=np.concatenate(srcs), size=np.concatenate(sizes))
+        sp, dpch = (h_pitch, d_pitch) if direction == "h2d" else (d_pitch, h_pitch)
+        full = np.full_like(n, 1)
+        parts.append((dst, src, n, full * rows, full * (dpch or 0), full * (sp or 0)))
+    cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
+    return CopyPlan(*cols)
+
+
+def _layer_pitch(addrs: np.ndarray) -> int | None:
+    """The constant byte step between consecutive selected layers, if there is one."""
+    if addrs.shape[0] < 2:
+        return None
+    steps = np.diff(addrs[:, 0])
+    return int(steps[0]) if steps[0] > 0 and bool((steps == steps[0]).all()) else None
 
 
 def _merge_runs(h: np.ndarray, d: np.ndarray, n: np.ndarray, page_bytes: int):
@@ -129,40 +155,75 @@ class DirectTransfer:
     """Runs direct-backend plans on the current CUDA stream (or with memmove on CPU pools).
 
     ``mode`` "batch": one cudaMemcpyBatchAsync per transfer; "loop": one cudaMemcpyAsync per
-    planned copy (ctypes, no torch dispatch)."""
+    planned copy (ctypes, no torch dispatch); "pitched": one cudaMemcpy2DAsync per page run
+    covering every selected layer (needs a stacked device pool; plain copies otherwise)."""
 
     def __init__(self, host: HostPool, dev: DevicePool, *, mode: str = "batch", merge: bool = True) -> None:
         self.host, self.dev, self.mode, self.merge = host, dev, mode, merge
         self.on_cuda = dev.k[0].is_cuda
         self._rt = _cudart() if self.on_cuda else None
+        self._batch = None
+        self._side = None
         if self._rt is not None:
             ver = ctypes.c_int()
             self._rt.cudaRuntimeGetVersion(ctypes.byref(ver))
             self.runtime_version = ver.value
             self._batch = getattr(self._rt, "cudaMemcpyBatchAsync", None) if ver.value >= 12080 else None
+            self._rt.cudaMemcpyAsync.argtypes = [ctypes.c_void_p] * 2 + [
+                ctypes.c_size_t,
+                ctypes.c_int,
+                ctypes.c_void_p,
+            ]
+            self._rt.cudaMemcpy2DAsync.argtypes = [ctypes.c_void_p, ctypes.c_size_t] * 2 + [
+                ctypes.c_size_t,
+                ctypes.c_size_t,
+                ctypes.c_int,
+                ctypes.c_void_p,
+            ]
 
     def __call__(
         self, host_indices: torch.Tensor, device_indices: torch.Tensor, layers: Sequence[int], direction: str
     ) -> CopyPlan:
         plan = plan_direct(
-            self.host, self.dev, host_indices, device_indices, layers, direction, merge=self.merge
+            self.host,
+            self.dev,
+            host_indices,
+            device_indices,
+            layers,
+            direction,
+            merge=self.merge,
+            pitched=self.mode == "pitched",
         )
         self.run(plan, direction)
         return plan
 
     def run(self, plan: CopyPlan, direction: str) -> None:
         if not self.on_cuda:
-            for dst, src, size in zip(plan.dst.tolist(), plan.src.tolist(), plan.size.tolist(), strict=True):
-                ctypes.memmove(dst, src, size)
+            _run_on_cpu(plan)
             return
-        stream = ctypes.c_void_p(torch.cuda.current_stream().cuda_stream)
-        if self.mode == "batch" and self._batch is not None:
-            self._run_batch(plan, direction, stream)
+        cur = torch.cuda.current_stream()
+        if self.mode == "batch" and self._batch is not None and not plan.pitched:
+            if cur.cuda_stream == 0:
+                # cudaMemcpyBatchAsync refuses the legacy default stream: hop to a side stream.
+                if self._side is None:
+                    self._side = torch.cuda.Stream()
+                self._side.wait_stream(cur)
+                self._run_batch(plan, direction, ctypes.c_void_p(self._side.cuda_stream))
+                cur.wait_stream(self._side)
+            else:
+                self._run_batch(plan, direction, ctypes.c_void_p(cur.cuda_stream))
             return
-        fn = self._rt.cudaMemcpyAsync
-        fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_void_p]
-        for dst, src, size in zip(plan.dst.tolist(), plan.src.tolist(), plan.size.tolist(), strict=True):
-            _check(fn(dst, src, size, _MEMCPY_DEFAULT, stream), "cudaMemcpyAsync")
+        self._run_each(plan, ctypes.c_void_p(cur.cuda_stream))
+
+    def _run_each(self, plan: CopyPlan, stream: ctypes.c_void_p) -> None:
+        rt = self._rt
+        cols = (plan.dst, plan.src, plan.width, plan.height, plan.dst_pitch, plan.src_pitch)
+        for dst, src, width, height, dpitch, spitch in zip(*(c.tolist() for c in cols), strict=True):
+            if height == 1:
+                rc = rt.cudaMemcpyAsync(dst, src, width, _MEMCPY_DEFAULT, stream)
+            else:
+                rc = rt.cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, _MEMCPY_DEFAULT, stream)
+            self._check(rc, "cudaMemcpyAsync" if height == 1 else "cudaMemcpy2DAsync")
 
     def _run_batch(self, plan: CopyPlan, direction: str, stream: ctypes.c_void_p) -> None:
         dev_id = self.dev.k[0].device.index or 0
@@ -172,20 +233,30 @@ class DirectTransfer:
         attr.srcLocHint, attr.dstLocHint = (on_host, on_dev) if direction == "h2d" else (on_dev, on_host)
         dst = np.ascontiguousarray(plan.dst, dtype=np.uint64)
         src = np.ascontiguousarray(plan.src, dtype=np.uint64)
-        size = np.ascontiguousarray(plan.size, dtype=np.uint64)
+        size = np.ascontiguousarray(plan.width, dtype=np.uint64)
         idx = (ctypes.c_size_t * 1)(0)
-        args = [dst.ctypes.data, src.ctypes.data, size.ctypes.data, ctypes.c_size_t(plan.count)]
+        ptr = ctypes.c_void_p
+        args = [
+            ptr(dst.ctypes.data),
+            ptr(src.ctypes.data),
+            ptr(size.ctypes.data),
+            ctypes.c_size_t(plan.count),
+        ]
         args += [ctypes.byref(attr), idx, ctypes.c_size_t(1)]
         if self.runtime_version < 13000:
             fail = ctypes.c_size_t(0)
             args.append(ctypes.byref(fail))
         args.append(stream)
-        _check(
-            self._batch(*[ctypes.c_void_p(a) if isinstance(a, int) else a for a in args]),
-            "cudaMemcpyBatchAsync",
-        )
+        self._check(self._batch(*args), "cudaMemcpyBatchAsync")
+
+    def _check(self, rc: int, what: str) -> None:
+        if rc != 0:
+            self._rt.cudaGetLastError()  # clear it, so that torch does not trip over it later
+            raise RuntimeError(f"{what} failed with CUDA error {rc}")
 
 
-def _check(rc: int, what: str) -> None:
-    if rc != 0:
-        raise RuntimeError(f"{what} failed with CUDA error {rc}")
+def _run_on_cpu(plan: CopyPlan) -> None:
+    cols = (plan.dst, plan.src, plan.width, plan.height, plan.dst_pitch, plan.src_pitch)
+    for dst, src, width, height, dpitch, spitch in zip(*(c.tolist() for c in cols), strict=True):
+        for row in range(height):
+            ctypes.memmove(dst + row * dpitch, src + row * spitch, width)

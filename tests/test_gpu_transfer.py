@@ -35,6 +35,8 @@ COMBOS = [
     ("page_first_direct", "direct", "batch"),
     ("layer_first", "direct", "loop"),
     ("page_first_direct", "direct", "loop"),
+    ("layer_first", "direct", "pitched"),
+    ("page_first_direct", "direct", "pitched"),
 ]
 
 
@@ -92,7 +94,7 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
     host = build_host_pool(geo, layout, pin=device != "cpu")
-    dev = build_device_pool(geo, device)
+    dev = build_device_pool(geo, device, stacked=impl == "pitched")
     try:
         for t in (host.k, host.v, *dev.k, *dev.v):
             _randomize(t, gen)
@@ -163,6 +165,10 @@ def test_direct_plan_merges_adjacent_pages_only():
     assert plan.count == 2 * 2 * 3  # K/V x 2 layers x runs [5-7], [20], [9]
     assert plan.nbytes == 2 * 2 * 5 * geo.page_size * geo.k_row_bytes
     pfd = build_host_pool(geo, "page_first_direct", pin=False)
+    stacked = build_device_pool(geo, "cpu", stacked=True)
+    pitched = plan_direct(host, stacked, hi, di, (0, 1, 2), "h2d", pitched=True)
+    assert pitched.count == 2 * 3 and set(pitched.height.tolist()) == {3}  # one copy per run, all layers
+    assert pitched.nbytes == 2 * 3 * 5 * geo.page_size * geo.k_row_bytes
     assert (
         plan_direct(pfd, dev, hi, di, (0, 2), "h2d").count == 2 * 2 * 5
     )  # pages of one layer are not adjacent
