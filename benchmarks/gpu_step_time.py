@@ -12,8 +12,9 @@ Stand-ins for SGLang's kernels (what each leaves out is in the JSON's ``stand_in
   softmax merge is not timed); SWA prefill attends 128-token query blocks to 256-token key blocks
   (about twice the banded work, an upper bound);
 - MoE (gpt-oss runs MXFP4 experts through triton_kernels): a bf16 grouped GEMM
-  (``torch._grouped_mm``) with top-k routing, sort and weighted scatter; bf16 weights move 3.8x the
-  bytes of MXFP4, so weight-bound decode steps are an upper bound;
+  (``torch._grouped_mm``) with top-k routing, sort and weighted scatter, or for small batches the
+  faster of that and one GEMM per touched expert; bf16 weights move 3.8x the bytes of MXFP4, so
+  weight-bound decode steps are an upper bound;
 - dense projections and the LM head: cuBLAS bf16 GEMMs; norms, rotary and sampling are left out;
 - the TP all-reduce is not measured here (one GPU).
 
@@ -100,8 +101,16 @@ class Ops:
         return {"qkv_proj": _time(lambda: x @ self.w_qkv), "o_proj": _time(lambda: a @ self.w_o)}
 
     def moe(self, t: int) -> float:
+        """Best of the grouped GEMM and (small batches) a loop over the touched experts only."""
+        best = self._moe(t, grouped=True)
+        if t * self.r.top_k <= 256:
+            best = min(best, self._moe(t, grouped=False))
+        return best
+
+    def _moe(self, t: int, *, grouped: bool) -> float:
         r = self.r
         x = torch.randn(t, r.hidden, device="cuda", dtype=BF16)
+        mm = self._grouped if grouped else self._expert_loop
 
         def run():
             logits = x @ self.w_router
@@ -111,9 +120,9 @@ class Ops:
             token = order // r.top_k
             offs = torch.bincount(flat, minlength=r.experts).cumsum(0).to(torch.int32)
             xs = x.index_select(0, token)
-            h = self._grouped(xs, self.w_up, offs)
+            h = mm(xs, self.w_up, offs)
             h = F.silu(h[:, : r.inter]) * h[:, r.inter :]
-            y = self._grouped(h, self.w_down, offs)
+            y = mm(h, self.w_down, offs)
             y = y * weights.flatten()[order].to(BF16)[:, None]
             return torch.zeros_like(x).index_add_(0, token, y)
 
@@ -125,6 +134,12 @@ class Ops:
                 return torch._grouped_mm(a, b, offs=offs)
             except (RuntimeError, TypeError) as exc:
                 self.grouped = f"per-expert torch.mm loop ({type(exc).__name__}: {str(exc)[:120]})"
+        return self._expert_loop(a, b, offs)
+
+    @staticmethod
+    def _expert_loop(a: torch.Tensor, b: torch.Tensor, offs: torch.Tensor) -> torch.Tensor:
+        """One GEMM per expert that has tokens (reads only those experts' weights; the host sync
+        on ``offs`` is part of its cost)."""
         ends = offs.tolist()
         out = torch.empty(a.shape[0], b.shape[2], device=a.device, dtype=a.dtype)
         start = 0

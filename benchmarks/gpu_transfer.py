@@ -129,6 +129,12 @@ class Bench:
                 _tile_fill(t.view(-1).view(torch.int16), block)
         self.gen = gen
         self.results: dict = {"bulk": [], "per_layer": [], "overlap": [], "errors": []}
+        self.tma_configs = [
+            KernelConfig(programs=int(p), tok=int(t), num_warps=4)
+            for p in args.tma_programs.split(",")
+            for t in args.tma_toks.split(",")
+            if p
+        ]
 
     def _timed(self, label: str, fn, reps: int, warmup: int = 2) -> list[float] | None:
         """_time, but a failing implementation is recorded and skipped, not fatal."""
@@ -140,19 +146,28 @@ class Bench:
             print("ERROR", self.results["errors"][-1], flush=True)
             return None
 
-    def movers(self, layout: str, backend: str, configs, *, bulk: bool = False) -> dict[str, KVTransfer]:
+    def movers(
+        self, layout: str, backend: str, configs, *, bulk: bool = False, tma: bool = True
+    ) -> dict[str, KVTransfer]:
         host = self.hosts[layout]
         if backend == "direct":
             out = {name: KVTransfer(host, self.dev, "direct", name) for name in ("batch", "loop")}
             if bulk:
                 out["pitched"] = KVTransfer(host, self.dev_stacked, "direct", "pitched")
             return out
-        return {
+        out = {
             f"triton[{c.programs}x{c.tok}w{c.num_warps}]": KVTransfer(
                 host, self.dev, "kernel", "triton", config=c
             )
             for c in configs
         }
+        for c in self.tma_configs if tma else ():
+            name = f"tma[{c.programs}x{c.tok}w{c.num_warps}]"
+            try:
+                out[name] = KVTransfer(host, self.dev, "kernel", "triton_tma", config=c)
+            except Exception as exc:  # noqa: BLE001 - the TMA path is optional
+                self.results["errors"].append(f"{name} {layout}: {type(exc).__name__}: {exc}")
+        return out
 
     def indices(self, n_pages: int, backend: str):
         hp, dp = (
@@ -240,7 +255,8 @@ class Bench:
                         self.results["per_layer"].append(row)
 
     def overlap(self, configs, prefix: int = 32768) -> None:
-        """Per-layer loads of one request on a side stream against causal SDPA on the main one."""
+        """Per-layer loads of one request on a side stream against causal SDPA on the main one,
+        load issued first or compute issued first, side stream at normal or high priority."""
         n_pages = prefix // self.geo.page_size
         q = torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
         k, v = torch.randn_like(q), torch.randn_like(q)
@@ -255,55 +271,67 @@ class Bench:
             ("layer_first", "direct"),
         ):
             hi, di = self.indices(n_pages, backend)
-            for name, mover in self.movers(layout, backend, configs).items():
+            movers = self.movers(layout, backend, configs, tma=False)
+            if backend == "kernel":
+                for c in configs:
+                    cfg = KernelConfig(programs=c.programs, tok=64, num_warps=4)
+                    try:
+                        movers[f"tma[{c.programs}x64w4]"] = KVTransfer(
+                            self.hosts[layout], self.dev, "kernel", "triton_tma", config=cfg
+                        )
+                    except Exception as exc:  # noqa: BLE001
+                        self.results["errors"].append(f"overlap tma {layout}: {type(exc).__name__}: {exc}")
+            for name, mover in movers.items():
                 for priority in (0, -1):
-                    side = torch.cuda.Stream(priority=priority)
+                    for order in ("load_first", "compute_first"):
+                        row = self._overlap_case(mover, hi, di, attn, t_attn, priority, order)
+                        if row is not None:
+                            row |= {"layout": layout, "backend": backend, "impl": name, "prefix": prefix}
+                            self.results["overlap"].append(row)
 
-                    def load(m=mover, h=hi, g=di):
-                        for layer in range(self.geo.layer_num):
-                            m.transfer(h, g, (layer,), "h2d")
+    def _overlap_case(self, mover, hi, di, attn, t_attn: float, priority: int, order: str) -> dict | None:
+        side = torch.cuda.Stream(priority=priority)
+        main = torch.cuda.current_stream()
 
-                    def load_on_side(s=side):
-                        s.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(s):
-                            load()
-                        torch.cuda.current_stream().wait_stream(s)
+        def load(wait: bool = True):
+            if wait:
+                side.wait_stream(main)
+            with torch.cuda.stream(side):
+                for layer in range(self.geo.layer_num):
+                    mover.transfer(hi, di, (layer,), "h2d")
 
-                    load_s = self._timed(f"overlap {layout} {name}", load_on_side, 5)
-                    if load_s is None:
-                        continue
-                    t_load = statistics.median(load_s)
-                    reps = max(1, math.ceil(1.25 * t_load / t_attn))
+        load_s = self._timed(f"overlap {order} prio {priority}", lambda: (load(), main.wait_stream(side)), 5)
+        if load_s is None:
+            return None
+        t_load = statistics.median(load_s)
+        reps = max(1, math.ceil(1.25 * t_load / t_attn))
 
-                    def compute(r=reps):
-                        for _ in range(r):
-                            attn()
+        def compute():
+            for _ in range(reps):
+                attn()
 
-                    t_comp = statistics.median(_time(compute, 5))
+        t_comp = statistics.median(_time(compute, 5))
 
-                    def both(s=side):
-                        s.wait_stream(torch.cuda.current_stream())
-                        with torch.cuda.stream(s):
-                            load()
-                        compute()
-                        torch.cuda.current_stream().wait_stream(s)
+        def both():
+            if order == "load_first":
+                load()
+                compute()
+            else:
+                side.wait_stream(main)  # the load may start as soon as the step starts
+                compute()
+                load(wait=False)
+            main.wait_stream(side)
 
-                    t_both = statistics.median(_time(both, 5))
-                    hidden = max(0.0, min(1.0, (t_comp + t_load - t_both) / t_load))
-                    self.results["overlap"].append(
-                        {
-                            "layout": layout,
-                            "backend": backend,
-                            "impl": name,
-                            "stream_priority": priority,
-                            "prefix": prefix,
-                            "load_s": t_load,
-                            "compute_s": t_comp,
-                            "compute_over_load": t_comp / t_load,
-                            "both_s": t_both,
-                            "hidden_fraction": hidden,
-                        }
-                    )
+        t_both = statistics.median(_time(both, 5))
+        return {
+            "stream_priority": priority,
+            "order": order,
+            "load_s": t_load,
+            "compute_s": t_comp,
+            "compute_over_load": t_comp / t_load,
+            "both_s": t_both,
+            "hidden_fraction": max(0.0, min(1.0, (t_comp + t_load - t_both) / t_load)),
+        }
 
 
 def environment() -> dict:
@@ -378,7 +406,7 @@ def summarize(res: dict) -> dict:
                     }
             out["per_layer"][f"{key}/{d}"] = curve
     for r in res["overlap"]:
-        key = f"{r['layout']}/{r['backend']}/{r['impl']}/prio{r['stream_priority']}"
+        key = f"{r['layout']}/{r['backend']}/{r['impl']}/prio{r['stream_priority']}/{r['order']}"
         out["overlap"][key] = {"hidden": r["hidden_fraction"], "compute_over_load": r["compute_over_load"]}
     return out
 
@@ -398,6 +426,8 @@ def main() -> None:
     ap.add_argument("--toks", default="16,64")
     ap.add_argument("--warps", default="4,8")
     ap.add_argument("--overlap-programs", default="16,32,64")
+    ap.add_argument("--tma-programs", default="16,32,64,132", help="TMA grid caps ('' for none)")
+    ap.add_argument("--tma-toks", default="16,64")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu_transfer.json"))
     args = ap.parse_args()

@@ -5,7 +5,8 @@
 layer set, either direction) that the benchmark times.
 
 Implementations per backend:
-- kernel: "reference" (torch gather -> staging -> scatter), "triton" (zero-copy SM kernel);
+- kernel: "reference" (torch gather -> staging -> scatter), "triton" (zero-copy SM kernel),
+  "triton_tma" (host side by TMA tensor copies; Hopper, page-aligned lists);
 - direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
   "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each),
   "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool).
@@ -23,7 +24,7 @@ from gpu_replay.transfer_ref import transfer_direct_ref, transfer_kernel_ref
 
 __all__ = ["IMPLS", "KVTransfer"]
 
-IMPLS = {"kernel": ("reference", "triton"), "direct": ("reference", "batch", "loop", "pitched")}
+IMPLS = {"kernel": ("reference", "triton", "triton_tma"), "direct": ("reference", "batch", "loop", "pitched")}
 
 
 class KVTransfer:
@@ -50,6 +51,10 @@ class KVTransfer:
             from gpu_replay.transfer_triton import TritonTransfer
 
             return TritonTransfer(host, dev, options.get("config"))
+        if self.impl == "triton_tma":
+            from gpu_replay.transfer_tma import TmaTransfer
+
+            return TmaTransfer(host, dev, options.get("config"))
         from gpu_replay.transfer_direct import DirectTransfer
 
         return DirectTransfer(host, dev, mode=self.impl, merge=options.get("merge", True))

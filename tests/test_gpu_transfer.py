@@ -29,6 +29,8 @@ COMBOS = [
     ("page_first", "kernel", "reference"),
     ("layer_first", "kernel", "triton"),
     ("page_first", "kernel", "triton"),
+    ("layer_first", "kernel", "triton_tma"),
+    ("page_first", "kernel", "triton_tma"),
     ("layer_first", "direct", "reference"),
     ("page_first_direct", "direct", "reference"),
     ("layer_first", "direct", "batch"),
@@ -83,7 +85,9 @@ def _token_slots(pages: torch.Tensor, page: int) -> torch.Tensor:
 
 
 def _skip_unavailable(impl: str, device: str) -> None:
-    if impl == "triton" and not triton_available():
+    if impl == "triton_tma" and device == "cpu":
+        pytest.skip("TMA needs a Hopper GPU")
+    if impl.startswith("triton") and not triton_available():
         pytest.skip("triton is not installed")
     if impl == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         pytest.skip("Triton on CPU needs TRITON_INTERPRET=1")
@@ -110,7 +114,7 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
         # Poison the destination side.
         for t in (host.k, host.v) if direction == "d2h" else (*dev.k, *dev.v):
             _bits(t).fill_(POISON)
-        kwargs = {"config": KernelConfig(programs=3, tok=2)} if impl == "triton" else {}
+        kwargs = {"config": KernelConfig(programs=3, tok=2)} if impl.startswith("triton") else {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
         idx_dev = dev.k[0].device if backend == "kernel" else "cpu"
         mover.transfer(hi.to(idx_dev), di.to(idx_dev), layers, direction)
