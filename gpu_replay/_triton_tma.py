@@ -70,7 +70,7 @@ def kv_tma_copy(
         slot = item // n_chunks
         t0 = (item % n_chunks) * TOK
         layer = tl.load(layers + slot % n_sel)
-        h0 = tl.load(host_idx + t0)
+        h0 = tl.load(host_idx + t0).to(tl.int32)
         d = tl.load(dev_idx + t0 + toks)
         d_off = (d // PAGE) * dev_page_stride + (d % PAGE) * dev_tok_stride
         dptr = tl.load(dev_bases + slot).to(tl.pointer_type(tl.int64)) + d_off[:, None] + cols[None, :]

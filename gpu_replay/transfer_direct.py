@@ -19,7 +19,6 @@ import numpy as np
 import torch
 
 from gpu_replay.pools import DevicePool, HostPool
-from gpu_replay.transfer_ref import page_starts
 
 __all__ = ["CopyPlan", "DirectTransfer", "plan_direct"]
 
@@ -75,8 +74,7 @@ def plan_direct(
     if direction not in ("h2d", "d2h"):
         raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
     page = host.geo.page_size
-    hp = np.asarray(page_starts(host_indices.cpu(), page), dtype=np.int64)
-    dp = np.asarray(page_starts(device_indices.cpu(), page), dtype=np.int64)
+    hp, dp = _page_ids(host_indices, page), _page_ids(device_indices, page)
     esize = dev.k[0].element_size()
     parts = []
     for comp in ("k", "v"):
@@ -100,6 +98,14 @@ def plan_direct(
         parts.append((dst, src, n, full * rows, full * (dpch or 0), full * (sp or 0)))
     cols = [np.concatenate(c) for c in zip(*parts, strict=True)]
     return CopyPlan(*cols)
+
+
+def _page_ids(indices: torch.Tensor, page: int) -> np.ndarray:
+    """page_starts without a Python list (this runs once per transfer, on the issue path)."""
+    idx = indices.cpu().numpy()
+    if idx.size % page:
+        raise ValueError(f"{idx.size} token indices are not whole pages of {page}")
+    return idx[::page] // page
 
 
 def _layer_pitch(addrs: np.ndarray) -> int | None:
