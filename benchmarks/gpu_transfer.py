@@ -43,6 +43,8 @@ PAIRS = (
     ("page_first", "kernel"),
     ("layer_first", "direct"),
     ("page_first_direct", "direct"),
+    ("layer_first", "hybrid"),
+    ("page_first_direct", "hybrid"),
 )
 
 
@@ -129,6 +131,8 @@ class Bench:
                 _tile_fill(t.view(-1).view(torch.int16), block)
         self.gen = gen
         self.results: dict = {"bulk": [], "per_layer": [], "overlap": [], "errors": []}
+        self.hybrid_fractions = [float(f) for f in args.hybrid_fractions.split(",") if f]
+        self.hybrid_configs = [KernelConfig(programs=132, tok=16), KernelConfig(programs=264, tok=64)]
         self.tma_configs = [
             KernelConfig(programs=int(p), tok=int(t), num_warps=4)
             for p in args.tma_programs.split(",")
@@ -150,6 +154,15 @@ class Bench:
         self, layout: str, backend: str, configs, *, bulk: bool = False, tma: bool = True
     ) -> dict[str, KVTransfer]:
         host = self.hosts[layout]
+        if backend == "hybrid":
+            mode = "pitched" if bulk else "batch"
+            return {
+                f"hybrid[{f}:{mode}:{c.programs}x{c.tok}]": KVTransfer(
+                    host, self.dev_stacked, "hybrid", mode, dma_fraction=f, config=c
+                )
+                for f in self.hybrid_fractions
+                for c in self.hybrid_configs
+            }
         if backend == "direct":
             out = {name: KVTransfer(host, self.dev, "direct", name) for name in ("batch", "loop")}
             if bulk:
@@ -428,6 +441,7 @@ def main() -> None:
     ap.add_argument("--overlap-programs", default="16,32,64")
     ap.add_argument("--tma-programs", default="16,32,64,132", help="TMA grid caps ('' for none)")
     ap.add_argument("--tma-toks", default="16,64")
+    ap.add_argument("--hybrid-fractions", default="0.1,0.2,0.3,0.4", help="page shares for the copy engines")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "gpu_transfer.json"))
     args = ap.parse_args()

@@ -9,7 +9,9 @@ Implementations per backend:
   "triton_tma" (host side by TMA tensor copies; Hopper, page-aligned lists);
 - direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
   "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each),
-  "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool).
+  "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool);
+- hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
+  beside the Triton kernel for the rest; indices on the CPU.
 """
 
 from __future__ import annotations
@@ -24,15 +26,19 @@ from gpu_replay.transfer_ref import transfer_direct_ref, transfer_kernel_ref
 
 __all__ = ["IMPLS", "KVTransfer"]
 
-IMPLS = {"kernel": ("reference", "triton", "triton_tma"), "direct": ("reference", "batch", "loop", "pitched")}
+IMPLS = {
+    "kernel": ("reference", "triton", "triton_tma"),
+    "direct": ("reference", "batch", "loop", "pitched"),
+    "hybrid": ("pitched", "batch"),
+}
 
 
 class KVTransfer:
     """Host<->device page mover for one host pool and its device pool."""
 
     def __init__(self, host: HostPool, dev: DevicePool, io_backend: str, impl: str, **options) -> None:
-        layout, backend = resolve_layout_io(host.layout, io_backend)
-        if (layout, backend) != (host.layout, io_backend):
+        layout, backend = resolve_layout_io(host.layout, "direct" if io_backend == "hybrid" else io_backend)
+        if io_backend != "hybrid" and (layout, backend) != (host.layout, io_backend):
             raise ValueError(
                 f"--hicache-mem-layout {host.layout} with --hicache-io-backend {io_backend} is not a "
                 f"pair SGLang runs (it would use {layout} with {backend})"
@@ -55,6 +61,16 @@ class KVTransfer:
             from gpu_replay.transfer_tma import TmaTransfer
 
             return TmaTransfer(host, dev, options.get("config"))
+        if self.io_backend == "hybrid":
+            from gpu_replay.transfer_hybrid import HybridTransfer
+
+            return HybridTransfer(
+                host,
+                dev,
+                dma_fraction=options.get("dma_fraction", 0.3),
+                config=options.get("config"),
+                dma_mode=self.impl,
+            )
         from gpu_replay.transfer_direct import DirectTransfer
 
         return DirectTransfer(host, dev, mode=self.impl, merge=options.get("merge", True))

@@ -39,6 +39,8 @@ COMBOS = [
     ("page_first_direct", "direct", "loop"),
     ("layer_first", "direct", "pitched"),
     ("page_first_direct", "direct", "pitched"),
+    ("layer_first", "hybrid", "pitched"),
+    ("page_first_direct", "hybrid", "batch"),
 ]
 
 
@@ -84,7 +86,9 @@ def _token_slots(pages: torch.Tensor, page: int) -> torch.Tensor:
     return (pages[:, None] * page + torch.arange(page)).flatten()
 
 
-def _skip_unavailable(impl: str, device: str) -> None:
+def _skip_unavailable(impl: str, device: str, backend: str = "") -> None:
+    if backend == "hybrid":
+        impl = "triton"
     if impl == "triton_tma" and device == "cpu":
         pytest.skip("TMA needs a Hopper GPU")
     if impl.startswith("triton") and not triton_available():
@@ -94,7 +98,7 @@ def _skip_unavailable(impl: str, device: str) -> None:
 
 
 def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
-    _skip_unavailable(impl, device)
+    _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
     host = build_host_pool(geo, layout, pin=device != "cpu")
@@ -114,7 +118,8 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
         # Poison the destination side.
         for t in (host.k, host.v) if direction == "d2h" else (*dev.k, *dev.v):
             _bits(t).fill_(POISON)
-        kwargs = {"config": KernelConfig(programs=3, tok=2)} if impl.startswith("triton") else {}
+        uses_triton = impl.startswith("triton") or backend == "hybrid"
+        kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
         idx_dev = dev.k[0].device if backend == "kernel" else "cpu"
         mover.transfer(hi.to(idx_dev), di.to(idx_dev), layers, direction)
