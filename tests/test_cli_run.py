@@ -16,6 +16,7 @@ import typer
 from test_engine_clients import fake_simulate
 from typer.testing import CliRunner
 
+import simulator.run
 from simulator.cli import bench_multiturn_cmd, run_cmd
 from simulator.engine.config import SimConfig
 
@@ -57,11 +58,12 @@ def fake(monkeypatch):
     """Replace the server model by the fake one; records the configs it was called with."""
     calls: list[SimConfig] = []
 
-    def sim(trace, cfg, observer):
+    def serve(trace, cfg, observer):
         calls.append(cfg)
         fake_simulate(trace, cfg, observer)
+        return None  # no pool sizing behind the fake server
 
-    monkeypatch.setattr(run_cmd, "_load_simulate", lambda: sim)
+    monkeypatch.setattr(simulator.run, "_serve", serve)
     return calls
 
 
