@@ -17,6 +17,7 @@ from simulator.cli.run_cmd import execute
 from simulator.cli.server_flags import ALL_FLAGS, server_options
 from simulator.engine.config import SimConfig
 from simulator.errors import ConfigError
+from traces import Trace
 from traces.generators.bench_multiturn import BenchMultiturnArgs, generate_bench_multiturn
 
 _B = BenchMultiturnArgs()  # the script's defaults, from the generator (one list of defaults)
@@ -97,11 +98,15 @@ def bench_multiturn(
         disable_random_sample=disable_random_sample,
         seed=seed,
     )
+    cfg = SimConfig(**server, seed=seed)
+    execute(_generate(args), cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)
+
+
+def _generate(args: BenchMultiturnArgs) -> Trace:
+    """The script's workload; its own argument checks become one-line user errors."""
     try:
-        trace = generate_bench_multiturn(args)
+        return generate_bench_multiturn(args)
     except ConfigError:
         raise
-    except ValueError as exc:  # the script's own argument checks
+    except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    cfg = SimConfig(**server, seed=seed)
-    execute(trace, cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)
