@@ -211,6 +211,9 @@ def server_options(*field_names: str) -> Callable[[F], F]:
     def deco(fn: F) -> F:
         sig = inspect.signature(fn, eval_str=True)
         own = [p for p in sig.parameters.values() if p.name != "server"]
+        clash = {p.name for p in own} & {f.field for f in flags}
+        if clash:
+            raise ValueError(f"{fn.__name__} declares server flags itself: {sorted(clash)}")
         added = [
             inspect.Parameter(
                 f.field, inspect.Parameter.KEYWORD_ONLY, default=_DEFAULTS[f.field], annotation=_option(f)
