@@ -174,3 +174,17 @@ class IntervalEviction(SWAEvictionPolicy):
             if max(first, 1 - req.decode_batch_idx) < n:
                 events.extend(self.run_steps(req, ctx, n))
         return events
+
+
+def make_swa_eviction(name: str, *, interval: int = DEFAULT_INTERVAL) -> SWAEvictionPolicy:
+    """The registered SWA-eviction policy ``name``, given those of the run's policy parameters
+    its constructor takes (``interval``: the iteration and interval policies). The one place
+    that maps a configuration to policy arguments, so no caller special-cases policy names."""
+    import inspect
+
+    offered = {"interval": interval}
+    factory = SWA_EVICTION._factories.get(name)
+    if factory is None:
+        return SWA_EVICTION.create(name)  # ConfigError naming the registered policies
+    takes = inspect.signature(factory).parameters
+    return SWA_EVICTION.create(name, **{k: v for k, v in offered.items() if k in takes})

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policies.eviction_order import EVICTION_ORDERS
-from policies.swa_eviction import SWA_EVICTION, DecodeContext
+from policies.swa_eviction import DecodeContext, make_swa_eviction
 from policies.tombstone import TOMBSTONING
 from simulator.errors import ConfigError
 from simulator.invariants import check_invariants
@@ -124,35 +124,44 @@ def requests_from_tokens(
 
 def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> ReplayResult:
     """Serve ``workload`` in order; return per-request records and the end state."""
-    tomb = TOMBSTONING.create(cfg.tombstone)
-    order = EVICTION_ORDERS.create(cfg.eviction_policy)
-    swa_kwargs = (
-        {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
-    )
-    swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **swa_kwargs)
-    allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
-    cache = make_cache(tomb, allocator, cfg.window, order)
-    check = cfg.check_invariants
-    in_group_snapshot = cfg.checkpoint_sizes_in_free_group
-    if in_group_snapshot is None:
-        in_group_snapshot = tomb.generation == "unified"
-    forward_iter = 0
-    records: list[dict] = []
+    run = _ReplayRun(cfg)
+    records = [run.serve(w) for w in workload]
+    return _result(records, run.cache, cfg)
 
-    for w in workload:
+
+class _ReplayRun:
+    """The cache, its allocator and the SWA-eviction policy of one replay, and the forward
+    iteration counter the ``iteration`` policy reads."""
+
+    def __init__(self, cfg: CacheReplayConfig) -> None:
+        tomb = TOMBSTONING.create(cfg.tombstone)
+        order = EVICTION_ORDERS.create(cfg.eviction_policy)
+        self.cfg = cfg
+        self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
+        self.allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
+        self.cache = make_cache(tomb, self.allocator, cfg.window, order)
+        in_group = cfg.checkpoint_sizes_in_free_group
+        self.sizes_in_free_group = tomb.generation == "unified" if in_group is None else in_group
+        self.forward_iter = 0
+
+    def _check(self, running: tuple[ReqKV, ...]) -> None:
+        if self.cfg.check_invariants:
+            check_invariants(self.cache, running)
+
+    def serve(self, w: WorkloadRequest) -> dict:
+        """Match, prefill and decode one request to its end; its record."""
         if w.output_len < 1 or w.prompt_len < 1:
             raise ConfigError(f"request {w.rid}: prompt and output must be non-empty")
+        cache = self.cache
         req = ReqKV(rid=w.rid, pages=w.pages, prompt_len=w.prompt_len, output_len=w.output_len)
         ev0 = (cache.evictions.calls, cache.evictions.full_evicted, cache.evictions.swa_evicted)
-        running = (req,)
         cache.match(req)
         rec: dict = dict(
             rid=w.rid, prompt_len=w.prompt_len, prefix_len=req.prefix_len, answer_len=w.output_len
         )
         rec["after_match"] = cache.sizes()
         cache.lock_prefix(req)
-        if check:
-            check_invariants(cache, ())
+        self._check(())
         try:
             cache.alloc_for_extend(req)
         except OutOfMemory as exc:
@@ -162,62 +171,70 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
             req.lock = None
             rec.update(aborted=True, error=str(exc), after_release=cache.sizes())
             rec.update(evict_calls=0, full_evicted=0, swa_evicted=0, cached_tokens=0)
-            records.append(rec)
-            continue
-        forward_iter += 1
-        rec["after_prefill_alloc"] = cache.sizes()
-        if check:
-            check_invariants(cache, running)
-        req.num_outputs = 1
-        # batch_result_processor: the prefill result's frees form one group
-        allocator.free_group_begin()
-        if req.num_outputs >= req.output_len:
-            cache.release(req)
-        else:
-            cache.checkpoint(req, req.prompt_len, finished=False)
-        if in_group_snapshot:
-            rec["after_prefill_checkpoint"] = cache.sizes()
-        allocator.free_group_end()
-        if not in_group_snapshot:
-            rec["after_prefill_checkpoint"] = cache.sizes()
-        rec["cache_protected_len_after_checkpoint"] = req.cache_protected_len
-        if check:
-            check_invariants(cache, running if req.holds_kv else ())
+            return rec
+        self._prefill_result(req, rec)
         while req.holds_kv:
-            if cfg.fast_forward:
-                ctx = DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter)
-                k = min(
-                    swa_policy.quiet_steps(req, ctx),
-                    req.output_len - req.num_outputs - 1,
-                    cache.quiet_decode_steps(req),
-                )
-                if k > 0:
-                    cache.fast_forward_decode(req, k)
-                    forward_iter += k
-                    req.num_outputs += k
-                    if check:
-                        check_invariants(cache, running)
-                    continue
-            if cache.decode_memory_check:
-                cache.check_decode_mem(req)
-            swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter))
-            cache.alloc_for_decode(req)
-            forward_iter += 1
-            req.num_outputs += 1
-            if req.num_outputs >= req.output_len:
-                allocator.free_group_begin()
-                rec["before_release"] = cache.sizes()
-                cache.release(req)
-                allocator.free_group_end()
-            if check:
-                check_invariants(cache, running if req.holds_kv else ())
+            self._decode(req, rec)
         rec["after_release"] = cache.sizes()
         rec["evict_calls"] = cache.evictions.calls - ev0[0]
         rec["full_evicted"] = cache.evictions.full_evicted - ev0[1]
         rec["swa_evicted"] = cache.evictions.swa_evicted - ev0[2]
         rec["cached_tokens"] = req.cached_tokens
-        records.append(rec)
+        return rec
 
+    def _prefill_result(self, req: ReqKV, rec: dict) -> None:
+        """The prefill forward and its result: the first output token, then checkpoint or release
+        in one free group (batch_result_processor)."""
+        cache, allocator = self.cache, self.allocator
+        self.forward_iter += 1
+        rec["after_prefill_alloc"] = cache.sizes()
+        self._check((req,))
+        req.num_outputs = 1
+        allocator.free_group_begin()
+        if req.num_outputs >= req.output_len:
+            cache.release(req)
+        else:
+            cache.checkpoint(req, req.prompt_len, finished=False)
+        if self.sizes_in_free_group:
+            rec["after_prefill_checkpoint"] = cache.sizes()
+        allocator.free_group_end()
+        if not self.sizes_in_free_group:
+            rec["after_prefill_checkpoint"] = cache.sizes()
+        rec["cache_protected_len_after_checkpoint"] = req.cache_protected_len
+        self._check((req,) if req.holds_kv else ())
+
+    def _decode(self, req: ReqKV, rec: dict) -> None:
+        """One decode step, or a jump over the quiet steps ahead when fast-forward is on."""
+        cfg, cache, allocator = self.cfg, self.cache, self.allocator
+        if cfg.fast_forward:
+            ctx = DecodeContext(cfg.window, cfg.page_size, allocator, self.forward_iter)
+            k = min(
+                self.swa_policy.quiet_steps(req, ctx),
+                req.output_len - req.num_outputs - 1,
+                cache.quiet_decode_steps(req),
+            )
+            if k > 0:
+                cache.fast_forward_decode(req, k)
+                self.forward_iter += k
+                req.num_outputs += k
+                self._check((req,))
+                return
+        if cache.decode_memory_check:
+            cache.check_decode_mem(req)
+        self.swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, self.forward_iter))
+        cache.alloc_for_decode(req)
+        self.forward_iter += 1
+        req.num_outputs += 1
+        if req.num_outputs >= req.output_len:
+            allocator.free_group_begin()
+            rec["before_release"] = cache.sizes()
+            cache.release(req)
+            allocator.free_group_end()
+        self._check((req,) if req.holds_kv else ())
+
+
+def _result(records: list[dict], cache, cfg: CacheReplayConfig) -> ReplayResult:
+    """The records with the tree's end state and a summary."""
     served = [r for r in records if not r.get("aborted")]
     prompt_total = sum(r["prompt_len"] for r in served)
     hit_total = sum(r["prefix_len"] for r in served)

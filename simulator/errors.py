@@ -1,4 +1,10 @@
-"""Errors the simulator raises for bad configuration or input (never for internal bugs)."""
+"""The two kinds of error kvplan raises.
+
+``KvplanError`` (and ``ConfigError``) is the user's: bad configuration or input. The CLI prints its
+message on one line and exits 1. ``InternalError`` is kvplan's own: a broken invariant or a run
+that stopped making progress is a bug in kvplan, never in the user's input, so the CLI shows it
+with its traceback and asks for a report.
+"""
 
 
 class KvplanError(Exception):
@@ -7,3 +13,7 @@ class KvplanError(Exception):
 
 class ConfigError(KvplanError, ValueError):
     """A configuration SGLang itself would refuse (e.g. SWA pool smaller than window + page)."""
+
+
+class InternalError(Exception):
+    """A bug in kvplan (e.g. ``simulator.invariants.InvariantViolation``): shown with a traceback."""

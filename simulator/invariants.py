@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from simulator.errors import KvplanError
+from simulator.errors import InternalError
 
 
-class InvariantViolation(KvplanError):
+class InvariantViolation(InternalError):
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
         super().__init__(

@@ -296,81 +296,27 @@ def resolve_server_args(model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs)
 
     ``gpu`` may be None when the KV budget is given directly; then the GPU-dependent defaults
     (mem fraction, attention backend) stay unresolved and the page size defaults to 1.
+    The steps run in SGLang's order; each appends its decisions to ``notes``.
     """
     notes: list[str] = []
-    arch = model.architecture
-
-    # Model overrides: Step-3.5/3.7 under HiCache force ratio 1.0 and non-hybrid memory
-    # (overrides.py::_step3p_overrides); Gemma 2/3 force non-hybrid (gemma2_gemma3.py).
-    disable_hybrid = args.disable_hybrid_swa_memory
-    ratio = args.swa_full_tokens_ratio
-    if arch in ("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration") and args.hicache_enabled:
-        notes.append("Step-3.5 with hierarchical cache: swa_full_tokens_ratio -> 1.0, hybrid SWA memory off")
-        ratio = 1.0
-        disable_hybrid = True
-    if model.forced_non_hybrid:
-        notes.append(f"{arch}: SGLang disables hybrid SWA memory; every layer is sized as full")
-    hybrid = model.uses_hybrid_pools(disable_hybrid)
-    if model.is_dsv4 and not hybrid:
-        raise ConfigError("DeepSeek-V4 without hybrid SWA memory is not modelled")
-
-    explicit_ratio = ratio is not None
-    if ratio is None:
-        if model.is_dsv4:
-            ratio = DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO
-            # The DSV4 model override declares 0.1 before the cache hook records whether the
-            # ratio was set, so SGLang treats it as explicit (ratio sizing, not cap sizing).
-            explicit_ratio = True
-            notes.append("swa_full_tokens_ratio 0.1 (DeepSeek-V4 model override)")
-        else:
-            ratio = DEFAULT_SWA_FULL_TOKENS_RATIO
-            if hybrid:
-                notes.append("swa_full_tokens_ratio 0.8 (SGLang fallback)")
-
+    hybrid, ratio, explicit_ratio = _resolve_swa_ratio(model, args, notes)
     # KV dtype: auto = model dtype; DeepSeek-V4 forces fp8 (overrides.py::_deepseek_v4_kv_cache_dtype).
     dtype_bytes = KV_CACHE_DTYPES[args.kv_cache_dtype]
     kv_bytes = model.kv_dtype_bytes if dtype_bytes is None else dtype_bytes
     if model.is_dsv4:
         kv_bytes = 1
-
     backend = args.attention_backend
     if backend is None and gpu is not None:
         backend = _default_attention_backend(model, gpu)
-        notes.append(f"attention backend {backend} (SGLang default for {arch} on sm{gpu.compute_capability})")
+        arch, sm = model.architecture, gpu.compute_capability
+        notes.append(f"attention backend {backend} (SGLang default for {arch} on sm{sm})")
     page = _resolve_page_size(args.page_size, backend, model, gpu, notes)
-
-    gpu_mem = None if gpu is None else float(gpu.memory_total_mib)
-    default_chunk, decode_max_bs = _capacity_defaults(gpu_mem, args.tp_size)
-    chunk = args.chunked_prefill_size if args.chunked_prefill_size is not None else default_chunk
-    if args.chunked_prefill_size is None and gpu is not None:
-        notes.append(
-            f"chunked_prefill_size {chunk} (memory_hook.py default for a {gpu.memory_total_mib} MiB GPU)"
-        )
-    if args.max_running_requests is not None and decode_max_bs > args.max_running_requests:
-        decode_max_bs = args.max_running_requests
-
-    mem_fraction = args.mem_fraction_static
-    if mem_fraction is None and gpu is not None:
-        mem_fraction = default_mem_fraction_static(
-            model,
-            gpu,
-            tp_size=args.tp_size,
-            chunked_prefill_size=chunk,
-            decode_max_bs=decode_max_bs,
-            max_total_tokens=args.max_total_tokens,
-            max_prefill_tokens=args.max_prefill_tokens,
-            disable_cuda_graph=args.disable_cuda_graph,
-        )
-        notes.append(
-            f"mem_fraction_static {mem_fraction:.4g} (memory_hook.py::handle_gpu_memory_settings heuristic)"
-        )
-
+    chunk, mem_fraction = _resolve_memory_settings(model, gpu, args, notes)
     max_running = args.max_running_requests
     if max_running is None and model.is_dsv4:
         # deepseek_v4_hook.py::apply_deepseek_v4_defaults (runs after the mem-fraction heuristic).
         max_running = 256
         notes.append("max_running_requests 256 (DeepSeek-V4 default)")
-
     context = model.context_length if args.context_length is None else args.context_length
     if args.context_length is not None and args.context_length > model.context_length:
         # model_config.py::_derive_context_length refuses unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN.
@@ -378,21 +324,7 @@ def resolve_server_args(model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs)
             f"--context-length {args.context_length} is greater than the derived context_length "
             f"{model.context_length} of {model.name}"
         )
-
-    hicache_ratio = 0.0
-    if args.hicache_enabled:
-        if args.hicache_ratio is not None:
-            hicache_ratio = args.hicache_ratio
-        else:
-            hicache_ratio = 1.2 if args.hicache_host_memory_mode == "buffer_only" else 2.0
-            if args.hicache_size <= 0:
-                notes.append(f"hicache_ratio {hicache_ratio} (hicache_hook.py default)")
-    # An explicit --hicache-ratio or --hicache-size turns auto-sizing off (the hook resolves the
-    # fraction to None); otherwise hicache_auto_size.py may lower the default ratio.
-    auto_fraction = None
-    if args.hicache_enabled and args.hicache_ratio is None and args.hicache_size <= 0:
-        auto_fraction = args.hicache_host_memory_fraction
-
+    hicache_ratio, auto_fraction = _resolve_hicache(args, notes)
     return ResolvedServerArgs(
         tp_size=args.tp_size,
         page_size=page,
@@ -413,3 +345,81 @@ def resolve_server_args(model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs)
         hicache_auto_size_fraction=auto_fraction,
         notes=tuple(notes),
     )
+
+
+def _resolve_swa_ratio(model: ModelSpec, args: ServerArgs, notes: list[str]) -> tuple[bool, float, bool]:
+    """(hybrid SWA memory on, swa_full_tokens_ratio, whether SGLang counts the ratio as explicit)."""
+    arch = model.architecture
+    # Model overrides: Step-3.5/3.7 under HiCache force ratio 1.0 and non-hybrid memory
+    # (overrides.py::_step3p_overrides); Gemma 2/3 force non-hybrid (gemma2_gemma3.py).
+    disable_hybrid = args.disable_hybrid_swa_memory
+    ratio = args.swa_full_tokens_ratio
+    if arch in ("Step3p5ForCausalLM", "Step3p7ForConditionalGeneration") and args.hicache_enabled:
+        notes.append("Step-3.5 with hierarchical cache: swa_full_tokens_ratio -> 1.0, hybrid SWA memory off")
+        ratio = 1.0
+        disable_hybrid = True
+    if model.forced_non_hybrid:
+        notes.append(f"{arch}: SGLang disables hybrid SWA memory; every layer is sized as full")
+    hybrid = model.uses_hybrid_pools(disable_hybrid)
+    if model.is_dsv4 and not hybrid:
+        raise ConfigError("DeepSeek-V4 without hybrid SWA memory is not modelled")
+    if ratio is not None:
+        return hybrid, ratio, True
+    if model.is_dsv4:
+        # The DSV4 model override declares 0.1 before the cache hook records whether the
+        # ratio was set, so SGLang treats it as explicit (ratio sizing, not cap sizing).
+        notes.append("swa_full_tokens_ratio 0.1 (DeepSeek-V4 model override)")
+        return hybrid, DSV4_DEFAULT_SWA_FULL_TOKENS_RATIO, True
+    if hybrid:
+        notes.append("swa_full_tokens_ratio 0.8 (SGLang fallback)")
+    return hybrid, DEFAULT_SWA_FULL_TOKENS_RATIO, False
+
+
+def _resolve_memory_settings(
+    model: ModelSpec, gpu: GpuSpec | None, args: ServerArgs, notes: list[str]
+) -> tuple[int, float | None]:
+    """(chunked_prefill_size, mem_fraction_static) as memory_hook.py::handle_gpu_memory_settings
+    resolves them; the fraction stays None without a GPU."""
+    gpu_mem = None if gpu is None else float(gpu.memory_total_mib)
+    default_chunk, decode_max_bs = _capacity_defaults(gpu_mem, args.tp_size)
+    chunk = args.chunked_prefill_size if args.chunked_prefill_size is not None else default_chunk
+    if args.chunked_prefill_size is None and gpu is not None:
+        notes.append(
+            f"chunked_prefill_size {chunk} (memory_hook.py default for a {gpu.memory_total_mib} MiB GPU)"
+        )
+    if args.max_running_requests is not None and decode_max_bs > args.max_running_requests:
+        decode_max_bs = args.max_running_requests
+    mem_fraction = args.mem_fraction_static
+    if mem_fraction is None and gpu is not None:
+        mem_fraction = default_mem_fraction_static(
+            model,
+            gpu,
+            tp_size=args.tp_size,
+            chunked_prefill_size=chunk,
+            decode_max_bs=decode_max_bs,
+            max_total_tokens=args.max_total_tokens,
+            max_prefill_tokens=args.max_prefill_tokens,
+            disable_cuda_graph=args.disable_cuda_graph,
+        )
+        notes.append(
+            f"mem_fraction_static {mem_fraction:.4g} (memory_hook.py::handle_gpu_memory_settings heuristic)"
+        )
+    return chunk, mem_fraction
+
+
+def _resolve_hicache(args: ServerArgs, notes: list[str]) -> tuple[float, float | None]:
+    """(hicache_ratio, host-memory auto-size fraction) as hicache_hook.py resolves them."""
+    hicache_ratio = 0.0
+    if args.hicache_enabled:
+        if args.hicache_ratio is not None:
+            hicache_ratio = args.hicache_ratio
+        else:
+            hicache_ratio = 1.2 if args.hicache_host_memory_mode == "buffer_only" else 2.0
+            if args.hicache_size <= 0:
+                notes.append(f"hicache_ratio {hicache_ratio} (hicache_hook.py default)")
+    # An explicit --hicache-ratio or --hicache-size turns auto-sizing off (the hook resolves the
+    # fraction to None); otherwise hicache_auto_size.py may lower the default ratio.
+    auto_fraction = None
+    if args.hicache_enabled and args.hicache_ratio is None and args.hicache_size <= 0:
+        auto_fraction = args.hicache_host_memory_fraction
+    return hicache_ratio, auto_fraction

@@ -100,10 +100,10 @@ def test_cache_replay_policies_by_name(tmp_path):
     assert outs[("unified", "interval")] > outs[("legacy", "none")]
 
 
-def test_cache_replay_unknown_policy_is_one_clear_line(tmp_path):
+def test_cache_replay_unknown_policy_names_the_flag_and_the_registry(tmp_path):
     res = runner.invoke(app, ["cache-replay", str(_jsonl(tmp_path)), "--tombstone", "bogus"])
-    assert res.exit_code == 1
-    assert "unknown tombstoning policy 'bogus'" in res.output
+    assert res.exit_code == 2
+    assert "--tombstone" in res.output and "'bogus' is not one of: legacy, unified" in res.output
     assert "Traceback" not in res.output
 
 

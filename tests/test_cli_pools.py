@@ -36,11 +36,21 @@ def test_table_with_gpu_model_and_hicache():
         assert text in r.stdout
 
 
-def test_default_gpu_is_h100():
+def test_default_gpu_is_h200_as_in_every_command():
     r = run("--model", "gpt-oss-20b", "--json")
     assert r.exit_code == 0, r.output
     out = json.loads(r.stdout)
+    assert out["gpu"] == "H200" and out["memory"]["mem_fraction_static"] == 0.903
+    r = run("--model", "gpt-oss-20b", "--gpu", "H100", "--json")
+    out = json.loads(r.stdout)
     assert out["gpu"] == "H100" and out["memory"]["mem_fraction_static"] == 0.83
+
+
+def test_unknown_gpu_and_kv_dtype_name_the_flag_and_the_choices():
+    r = run("--gpu", "V100")
+    assert r.exit_code == 2 and "--gpu" in r.output and "H200" in r.output
+    r = run("--kv-cache-dtype", "int4")
+    assert r.exit_code == 2 and "--kv-cache-dtype" in r.output and "fp8_e4m3" in r.output
 
 
 def test_gemma3_one_pool():

@@ -16,6 +16,7 @@ import typer
 from test_engine_clients import fake_simulate
 from typer.testing import CliRunner
 
+import simulator.run
 from simulator.cli import bench_multiturn_cmd, run_cmd
 from simulator.engine.config import SimConfig
 
@@ -57,11 +58,12 @@ def fake(monkeypatch):
     """Replace the server model by the fake one; records the configs it was called with."""
     calls: list[SimConfig] = []
 
-    def sim(trace, cfg, observer):
+    def serve(trace, cfg, observer):
         calls.append(cfg)
         fake_simulate(trace, cfg, observer)
+        return None  # no pool sizing behind the fake server
 
-    monkeypatch.setattr(run_cmd, "_load_simulate", lambda: sim)
+    monkeypatch.setattr(simulator.run, "_serve", serve)
     return calls
 
 
@@ -87,6 +89,7 @@ def test_run_passes_sglang_flags_into_simconfig(fake):
             "--radix-eviction-policy", "lfu", "--enable-overlap-schedule",
             "--swa-eviction", "window", "--tombstone", "legacy", "--profile", "p.json",
             "--time-scale", "0.5", "--think-time", "2", "--seed", "5", "--check-invariants",
+            "--kv-budget-gib", "30", "--schedule-conservativeness", "0.5", "--swa-eviction-interval", "64",
         ]
     )  # fmt: skip
     (cfg,) = fake
@@ -112,6 +115,9 @@ def test_run_passes_sglang_flags_into_simconfig(fake):
         think_time_s=2.0,
         seed=5,
         check_invariants=True,
+        kv_budget_gib=30.0,
+        schedule_conservativeness=0.5,
+        swa_eviction_interval=64,
     )
     assert summary["requests"] == 18 and summary["request_rate"] is None  # sequential replay
 
@@ -180,6 +186,54 @@ def test_unknown_policy_lists_the_registry(fake, flag, value):
     assert res.exit_code == 2
     assert value in res.output and "one of" in res.output
     assert not fake
+
+
+_FORMATS = ["mooncake", "ragpulse", "azure", "dynamo-events", "tokens", "parquet"]
+
+
+@pytest.mark.parametrize(
+    ("command", "flag", "value", "allowed"),
+    [
+        ("run", "--format", "bogus", _FORMATS),
+        ("run", "--schedule-policy", "sjf", ["fcfs", "lpm"]),
+        ("run", "--gpu", "V100", ["H100", "H200"]),
+        ("bench-multiturn", "--schedule-policy", "sjf", ["fcfs", "lpm"]),
+        ("bench-multiturn", "--gpu", "V100", ["H100", "H200"]),
+    ],
+)
+def test_bad_enumerated_value_names_the_option_and_the_allowed_values(fake, command, flag, value, allowed):
+    args = [command, flag, value] + (["--trace", str(TOKENS)] if command == "run" else [])
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    assert flag in res.output and f"{value!r} is not one of:" in res.output
+    assert all(name in res.output for name in allowed)
+    assert "Traceback" not in res.output and not fake
+
+
+def test_invariant_violation_is_an_internal_error_with_a_traceback(monkeypatch):
+    from simulator.invariants import InvariantViolation
+
+    def broken(trace, cfg, observer):
+        raise InvariantViolation(["FULL conservation: 3 + 4 != 8"])
+
+    monkeypatch.setattr(simulator.run, "_serve", broken)
+    res = runner.invoke(app, ["run", "--trace", str(TOKENS)])
+    assert res.exit_code == 70
+    assert "Traceback (most recent call last)" in res.stderr
+    assert "InvariantViolation: FULL conservation: 3 + 4 != 8" in res.stderr
+    assert "kvplan: internal error: InvariantViolation: this is a bug in kvplan" in res.stderr
+
+
+def test_config_error_stays_a_one_line_user_error(monkeypatch):
+    from simulator.errors import ConfigError
+
+    def refused(trace, cfg, observer):
+        raise ConfigError("SWA pool of 100 tokens cannot hold sliding window 127 + page 64")
+
+    monkeypatch.setattr(simulator.run, "_serve", refused)
+    res = runner.invoke(app, ["run", "--trace", str(TOKENS)])
+    assert res.exit_code == 1
+    assert res.stderr == "kvplan: error: SWA pool of 100 tokens cannot hold sliding window 127 + page 64\n"
 
 
 def test_bench_multiturn_bad_arguments_are_one_line_errors(fake):

@@ -78,3 +78,26 @@ def test_a_lost_request_ends_the_run_with_a_diagnostic(tmp_path, monkeypatch):
     monkeypatch.setattr(ServerModel, "submit", losing_submit)
     with pytest.raises(StuckSimulation, match="1 of 2 requests never finished"):
         simulate(trace, cfg, Recorder.from_config(cfg))
+
+
+def test_a_broken_invariant_is_a_kvplan_bug_shown_with_its_traceback(tmp_path, monkeypatch):
+    # the real engine under --check-invariants, with a checker that finds a (made-up) leak
+    import simulator.invariants
+
+    monkeypatch.setattr(simulator.invariants, "collect_violations", lambda cache, running=(): ["FULL leak"])
+    _tokens_trace(tmp_path, [300])
+    args = [
+        "run",
+        "--trace",
+        str(tmp_path / "w.jsonl"),
+        "--tp",
+        "8",
+        "--page-size",
+        "64",
+        "--check-invariants",
+    ]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 70
+    assert "Traceback (most recent call last)" in res.stderr and "check_invariants" in res.stderr
+    assert "InvariantViolation: FULL leak" in res.stderr
+    assert res.stderr.rstrip().endswith("please report it with the command line and the traceback above")

@@ -8,45 +8,23 @@ over 16 ... 1 req/s is one kvplan run per rate).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from simulator.cli.common import user_errors_exit
-from simulator.cli.run_cmd import (
-    _D,
-    CheckInvOpt,
-    ChunkedOpt,
-    DisableRadixOpt,
-    GpuOpt,
-    JsonOpt,
-    LogDecodeOpt,
-    MaxPrefillOpt,
-    MaxRunningOpt,
-    MaxTotalOpt,
-    MemFracOpt,
-    ModelOpt,
-    OutOpt,
-    OverlapOpt,
-    PageSizeOpt,
-    ProfileOpt,
-    ProgressOpt,
-    RadixEvictOpt,
-    SchedPolicyOpt,
-    SwaEvictOpt,
-    SwaRatioOpt,
-    TombstoneOpt,
-    TpOpt,
-    execute,
-    server_config,
-)
+from simulator.cli.common import JsonOpt, OutOpt, ProgressOpt, user_errors_exit
+from simulator.cli.run_cmd import execute
+from simulator.cli.server_flags import ALL_FLAGS, server_options
+from simulator.engine.config import SimConfig
 from simulator.errors import ConfigError
+from traces import Trace
 from traces.generators.bench_multiturn import BenchMultiturnArgs, generate_bench_multiturn
 
 _B = BenchMultiturnArgs()  # the script's defaults, from the generator (one list of defaults)
 
 
 @user_errors_exit
+@server_options(*ALL_FLAGS)
 def bench_multiturn(
     num_clients: Annotated[int, typer.Option("--num-clients", help="number of clients")] = _B.num_clients,
     num_rounds: Annotated[int, typer.Option("--num-rounds", help="rounds per client")] = _B.num_rounds,
@@ -96,28 +74,11 @@ def bench_multiturn(
         bool, typer.Option("--disable-auto-run", help="accepted for compatibility; kvplan runs one rate")
     ] = False,
     seed: Annotated[int, typer.Option("--seed", help="the script's --seed (random and numpy)")] = _B.seed,
-    model: ModelOpt = _D.model,
-    gpu: GpuOpt = _D.gpu,
-    tp: TpOpt = _D.tp,
-    page_size: PageSizeOpt = _D.page_size,
-    swa_full_tokens_ratio: SwaRatioOpt = _D.swa_full_tokens_ratio,
-    mem_fraction_static: MemFracOpt = _D.mem_fraction_static,
-    max_total_tokens: MaxTotalOpt = _D.max_total_tokens,
-    max_running_requests: MaxRunningOpt = _D.max_running_requests,
-    chunked_prefill_size: ChunkedOpt = _D.chunked_prefill_size,
-    max_prefill_tokens: MaxPrefillOpt = _D.max_prefill_tokens,
-    schedule_policy: SchedPolicyOpt = _D.schedule_policy,
-    disable_radix_cache: DisableRadixOpt = _D.disable_radix_cache,
-    radix_eviction_policy: RadixEvictOpt = _D.radix_eviction_policy,
-    disable_overlap_schedule: OverlapOpt = _D.disable_overlap_schedule,
-    swa_eviction: SwaEvictOpt = _D.swa_eviction,
-    tombstone: TombstoneOpt = _D.tombstone,
-    profile: ProfileOpt = _D.profile,
-    log_decode: LogDecodeOpt = False,
-    check_invariants: CheckInvOpt = False,
     out: OutOpt = None,
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,
+    *,
+    server: dict[str, Any],
 ) -> None:
     """Run bench_multiturn.py's workload and sender against the simulated SGLang server."""
     args = BenchMultiturnArgs(
@@ -137,32 +98,15 @@ def bench_multiturn(
         disable_random_sample=disable_random_sample,
         seed=seed,
     )
+    cfg = SimConfig(**server, seed=seed)
+    execute(_generate(args), cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)
+
+
+def _generate(args: BenchMultiturnArgs) -> Trace:
+    """The script's workload; its own argument checks become one-line user errors."""
     try:
-        trace = generate_bench_multiturn(args)
+        return generate_bench_multiturn(args)
     except ConfigError:
         raise
-    except ValueError as exc:  # the script's own argument checks
+    except ValueError as exc:
         raise ConfigError(str(exc)) from None
-    cfg = server_config(
-        model=model,
-        gpu=gpu,
-        tp=tp,
-        page_size=page_size,
-        swa_full_tokens_ratio=swa_full_tokens_ratio,
-        mem_fraction_static=mem_fraction_static,
-        max_total_tokens=max_total_tokens,
-        max_running_requests=max_running_requests,
-        chunked_prefill_size=chunked_prefill_size,
-        max_prefill_tokens=max_prefill_tokens,
-        schedule_policy=schedule_policy,
-        disable_radix_cache=disable_radix_cache,
-        radix_eviction_policy=radix_eviction_policy,
-        disable_overlap_schedule=disable_overlap_schedule,
-        swa_eviction=swa_eviction,
-        tombstone=tombstone,
-        profile=profile,
-        seed=seed,
-        log_decode=log_decode,
-        check_invariants=check_invariants,
-    )
-    execute(trace, cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 import typer
 
-from policies.eviction_order import EVICTION_ORDERS
-from policies.swa_eviction import SWA_EVICTION
-from policies.tombstone import TOMBSTONING
 from simulator.cache_replay import CacheReplayConfig, WorkloadRequest, replay
 from simulator.cli.common import print_json, user_errors_exit
+from simulator.cli.server_flags import CACHE_POLICY_FLAGS, server_options
 from simulator.radix.cache import SIZE_KEYS
 
 
@@ -35,43 +33,35 @@ def workload_from_trace(path: Path, page_size: int, limit: int | None) -> list[W
 
 
 @user_errors_exit
+@server_options("page_size", *CACHE_POLICY_FLAGS, "check_invariants")
 def cache_replay(
     workload: Annotated[
         Path, typer.Argument(help="JSONL {rid,input_ids,output_ids} or any trace kvplan reads")
     ],
-    page_size: Annotated[int, typer.Option("--page-size", help="SGLang --page-size")] = 1,
     full_tokens: Annotated[int, typer.Option("--full-tokens", help="full pool size (allocator size)")] = 4096,
     swa_tokens: Annotated[
         int, typer.Option("--swa-tokens", help="SWA pool size (allocator size_swa)")
     ] = 1024,
     window: Annotated[int, typer.Option("--window", help="SGLang sliding_window_size")] = 128,
-    swa_eviction: Annotated[
-        str, typer.Option("--swa-eviction", help=f"one of {', '.join(SWA_EVICTION.names())}")
-    ] = "interval",
-    tombstone: Annotated[
-        str, typer.Option("--tombstone", help=f"one of {', '.join(TOMBSTONING.names())}")
-    ] = "unified",
-    eviction_policy: Annotated[
-        str, typer.Option("--eviction-policy", help=f"one of {', '.join(EVICTION_ORDERS.names())}")
-    ] = "lru",
-    check_invariants: Annotated[
-        bool, typer.Option("--check-invariants", help="run SGLang's sanity checks after every step")
-    ] = False,
     limit: Annotated[int | None, typer.Option("--limit", help="replay only the first N requests")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per request, then a summary")
     ] = False,
+    *,
+    server: dict[str, Any],
 ) -> None:
     """Serve WORKLOAD through the hybrid SWA radix cache exactly as SGLang does at batch size 1."""
+    page_size = server["page_size"] or 1  # SGLang's CUDA default; no model here to resolve it
     cfg = CacheReplayConfig(
         page_size=page_size,
         full_tokens=full_tokens,
         swa_tokens=swa_tokens,
         window=window,
-        swa_eviction=swa_eviction,
-        tombstone=tombstone,
-        eviction_policy=eviction_policy,
-        check_invariants=check_invariants,
+        swa_eviction=server["swa_eviction"],
+        swa_eviction_interval=server["swa_eviction_interval"],
+        tombstone=server["tombstone"],
+        eviction_policy=server["radix_eviction_policy"],
+        check_invariants=server["check_invariants"],
     )
     requests = workload_from_trace(workload, page_size, limit)
     result = replay(requests, cfg)

@@ -1,17 +1,18 @@
-"""Shared CLI plumbing: one-line errors instead of tracebacks, JSON output."""
+"""Shared CLI plumbing: one-line user errors, tracebacks for kvplan's own bugs, JSON output."""
 
 from __future__ import annotations
 
 import functools
 import json
 import sys
+import traceback
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
-from simulator.errors import KvplanError
+from simulator.errors import InternalError, KvplanError
 from traces.errors import TraceFormatError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -20,20 +21,42 @@ F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
 
 USER_ERRORS = (KvplanError, TraceFormatError, FileNotFoundError, IsADirectoryError, PermissionError)
+# sysexits.h EX_SOFTWARE: an internal software error (a kvplan bug), told apart from exit 1.
+INTERNAL_ERROR_EXIT = 70
 
 
 def user_errors_exit(fn: F) -> F:
-    """Turn our user-facing exceptions into one line on stderr and exit status 1."""
+    """Turn our user-facing exceptions into one line on stderr and exit status 1; show kvplan's
+    own bugs (``InternalError``) with their traceback and exit status 70."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
+        except InternalError as exc:
+            typer.echo(traceback.format_exc(), err=True, nl=False)
+            typer.echo(
+                f"kvplan: internal error: {type(exc).__name__}: this is a bug in kvplan, not in your "
+                "input; please report it with the command line and the traceback above",
+                err=True,
+            )
+            raise typer.Exit(code=INTERNAL_ERROR_EXIT) from None
         except USER_ERRORS as exc:
             typer.echo(f"kvplan: error: {exc}", err=True)
             raise typer.Exit(code=1) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+# --- output options shared by the commands that run the server ---------------------------------
+OutOpt = Annotated[
+    Path | None,
+    typer.Option("--out", help="write requests/decode_steps/prefill_batches parquet+CSV and summary.json"),
+]
+JsonOpt = Annotated[bool, typer.Option("--json", help="print one JSON object (the summary) instead of text")]
+ProgressOpt = Annotated[
+    bool, typer.Option("--progress/--no-progress", help="progress bar on stderr (only on a terminal)")
+]
 
 
 def print_json(obj: Any) -> None:

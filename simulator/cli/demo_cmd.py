@@ -1,95 +1,82 @@
 """``kvplan demo``: the main job on a bundled default, for a first look on a fresh machine.
 
-Reads a bundled sample trace, sizes SGLang's full and SWA pools for a model preset on a GPU,
-then serves the trace through the SWA radix cache with exactly those pools and the model's
-window, and prints what a user asks first: what is in the trace, how the GPU memory splits,
-and what prefix-cache hit rate SGLang would reach against the infinite-cache bound.
+Reads a bundled sample trace, serves it through the simulated SGLang server (``run_config``, with
+the same server flags and defaults as ``kvplan run``), and prints what a user asks first: what is
+in the trace, how SGLang sizes the full and SWA pools, and what prefix-cache hit rate the server
+reaches against the infinite-cache bound.
 """
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from simulator.cli.common import DEFAULT_TRACE as BUNDLED_TRACE
-from simulator.cli.common import print_json, user_errors_exit
+from simulator.cli.common import JsonOpt, print_json, user_errors_exit
+from simulator.cli.server_flags import ALL_FLAGS, server_options
+from simulator.engine.config import SimConfig
 
 
 @user_errors_exit
+@server_options(*ALL_FLAGS)
 def demo(
     trace: Annotated[
         Path, typer.Option("--trace", help="trace file (default: bundled Mooncake sample)")
     ] = BUNDLED_TRACE,
-    model: Annotated[str, typer.Option("--model", help="model preset or config path")] = "gpt-oss-120b",
-    gpu: Annotated[str, typer.Option("--gpu", help="GPU preset")] = "H200",
-    tp: Annotated[int, typer.Option("--tp", help="tensor parallel size")] = 2,
-    page_size: Annotated[int, typer.Option("--page-size")] = 64,
-    swa_full_tokens_ratio: Annotated[float, typer.Option("--swa-full-tokens-ratio")] = 0.8,
-    max_total_tokens: Annotated[int | None, typer.Option("--max-total-tokens")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    as_json: JsonOpt = False,
+    *,
+    server: dict[str, Any],
 ) -> None:
-    """Trace stats, SGLang pool sizing and a cache replay on a bundled default."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from simulator.cache_replay import CacheReplayConfig, replay
-    from simulator.cli.cache_replay_cmd import workload_from_trace
-    from simulator.gpus import get_gpu
-    from simulator.models import load_model
-    from simulator.pool_sizing import compute_pool_sizes
-    from simulator.server_args import ServerArgs
+    """Trace stats, SGLang's pool sizing and the simulated server's cache hit rate on a bundled default."""
+    from simulator.run import run_config
     from traces import load_trace, trace_stats
 
-    spec = load_model(model)
-    sizes = compute_pool_sizes(
-        spec,
-        get_gpu(gpu),
-        ServerArgs(
-            tp_size=tp,
-            page_size=page_size,
-            swa_full_tokens_ratio=swa_full_tokens_ratio,
-            max_total_tokens=max_total_tokens,
-        ),
-    )
-    stats = trace_stats(load_trace(trace), page_size=page_size)
-    window = spec.sliding_window or 0
-    if not sizes.swa_tokens or not window:
-        raise typer.BadParameter(f"{spec.name} has no separate SWA pool; the demo needs a hybrid SWA model")
-    cfg = CacheReplayConfig(
-        page_size=page_size, full_tokens=sizes.full_tokens, swa_tokens=sizes.swa_tokens, window=window
-    )
-    result = replay(workload_from_trace(trace, page_size, None), cfg)
-    summary = result.summary
+    cfg = SimConfig(**server)
+    tr = load_trace(trace)
+    result = run_config(tr, cfg, log_stream=sys.stderr if as_json else None)
+    pools, counters = result.pools, result.counters
+    stats = trace_stats(tr, page_size=pools["page_size"])
     out = dict(
         trace=str(trace),
-        model=spec.name,
-        gpu=gpu,
-        tp=tp,
-        page_size=page_size,
-        window=window,
+        model=result.pool_sizes["model"],
+        gpu=cfg.gpu,
+        tp=cfg.tp,
+        page_size=pools["page_size"],
+        window=pools["window"] if pools["hybrid"] else None,
         requests=stats["requests"],
         infinite_cache_hit_rate=stats["infinite_cache_hit_rate"],
-        full_tokens=sizes.full_tokens,
-        swa_tokens=sizes.swa_tokens,
-        cache_hit_rate=summary["hit_rate"],
-        tombstones=summary["tree"]["tombstones"],
-        evicted_full_tokens=summary["evictions"]["full_evicted"],
-        evicted_swa_tokens=summary["evictions"]["swa_evicted"],
+        full_tokens=pools["full_tokens"],
+        swa_tokens=pools["swa_tokens"] if pools["hybrid"] else 0,
+        cache_hit_rate=result.summary["cache_hit_rate"],
+        tombstones=counters["tree"]["tombstones"],
+        evicted_full_tokens=counters["evictions"]["full_evicted"],
+        evicted_swa_tokens=counters["evictions"]["swa_evicted"],
     )
     if as_json:
         print_json(out)
-        return
-    table = Table(title=f"kvplan demo: {trace.name} on {spec.name}, {gpu} x TP{tp}, page {page_size}")
+    else:
+        _print_table(out, trace)
+
+
+def _print_table(out: dict[str, Any], trace: Path) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (
+        f"kvplan demo: {trace.name} on {out['model']}, {out['gpu']} x TP{out['tp']}, page {out['page_size']}"
+    )
+    table = Table(title=title)
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{out['requests']}")
     table.add_row("full pool (tokens)", f"{out['full_tokens']:,}")
     table.add_row("SWA pool (tokens)", f"{out['swa_tokens']:,}")
-    table.add_row("sliding window", f"{window}")
+    table.add_row("sliding window", "none" if out["window"] is None else f"{out['window']}")
     table.add_row("infinite-cache hit rate (bound)", f"{out['infinite_cache_hit_rate']:.4f}")
-    table.add_row("SGLang 0.5.23 cache hit rate", f"{out['cache_hit_rate']:.4f}")
+    table.add_row("simulated SGLang 0.5.23 cache hit rate", f"{out['cache_hit_rate']:.4f}")
     table.add_row("SWA tombstones in tree at end", f"{out['tombstones']}")
     table.add_row(
         "evicted FULL / SWA tokens", f"{out['evicted_full_tokens']:,} / {out['evicted_swa_tokens']:,}"

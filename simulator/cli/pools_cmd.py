@@ -1,77 +1,39 @@
 """``kvplan pools``: SGLang's full / SWA / host KV pool sizes for a model, GPU and flags.
 
-A thin wrapper over :mod:`simulator.pool_sizing`: parse flags (SGLang's names), pick the GPU
-memory model or an explicit ``--kv-budget-gib``, print a table or one JSON object.
+A thin wrapper over :mod:`simulator.pool_sizing`: the shared server flags (``server_flags.py``)
+plus the sizing-only ones, the GPU memory model or an explicit ``--kv-budget-gib``, then a table
+or one JSON object.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from simulator.cli.common import print_json, user_errors_exit
-from simulator.gpus import get_gpu, gpu_names
-from simulator.models import load_model, model_names
-from simulator.pool_sizing import GIB, PoolSizes, compute_pool_sizes, compute_pool_sizes_from_budget
-from simulator.server_args import KV_CACHE_DTYPES, ServerArgs
-
-DEFAULT_GPU = "H100"
+from simulator.cli.server_flags import POOL_FLAGS, choice_check, server_options
+from simulator.engine.config import SimConfig
+from simulator.pool_sizing import GIB, PoolSizes
+from simulator.server_args import KV_CACHE_DTYPES
 
 
 @user_errors_exit
+@server_options(*POOL_FLAGS)
 def pools(
-    model: Annotated[
-        str,
-        typer.Option(
-            "--model",
-            help=f"Preset ({', '.join(model_names())}), a Hugging Face config.json (or its "
-            "directory), or a kvplan YAML/JSON model spec.",
-        ),
-    ],
-    gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--gpu",
-            help=f"GPU preset ({', '.join(gpu_names())}). Default {DEFAULT_GPU}; "
-            "optional with --kv-budget-gib.",
-        ),
-    ] = None,
-    tp: Annotated[int, typer.Option("--tp", "--tp-size", help="Tensor-parallel size (attention TP).")] = 1,
-    page_size: Annotated[
-        int | None, typer.Option("--page-size", help="Tokens per KV page (SGLang default: 1 on CUDA).")
-    ] = None,
-    swa_full_tokens_ratio: Annotated[
-        float | None,
-        typer.Option("--swa-full-tokens-ratio", help="SWA pool tokens / full pool tokens, in (0, 1]."),
-    ] = None,
-    mem_fraction_static: Annotated[
-        float | None,
-        typer.Option(
-            "--mem-fraction-static", help="Weights + KV share of GPU memory (default: SGLang heuristic)."
-        ),
-    ] = None,
-    max_total_tokens: Annotated[
-        int | None, typer.Option("--max-total-tokens", help="Cap on full-pool tokens.")
-    ] = None,
-    max_running_requests: Annotated[
-        int | None, typer.Option("--max-running-requests", help="Concurrent request cap.")
-    ] = None,
-    chunked_prefill_size: Annotated[
-        int | None, typer.Option("--chunked-prefill-size", help="Prefill chunk (default by GPU memory).")
-    ] = None,
     context_length: Annotated[
         int | None, typer.Option("--context-length", help="Override the model's context length.")
     ] = None,
     kv_cache_dtype: Annotated[
-        str, typer.Option("--kv-cache-dtype", help=f"One of {', '.join(KV_CACHE_DTYPES)}.")
+        str,
+        typer.Option(
+            "--kv-cache-dtype",
+            help=f"One of {', '.join(KV_CACHE_DTYPES)}.",
+            callback=choice_check(lambda: list(KV_CACHE_DTYPES), "--kv-cache-dtype"),
+        ),
     ] = "auto",
-    kv_budget_gib: Annotated[
-        float | None,
-        typer.Option("--kv-budget-gib", help="KV byte budget per rank in GiB; skips the GPU memory model."),
-    ] = None,
     enable_hierarchical_cache: Annotated[
         bool, typer.Option("--enable-hierarchical-cache", help="Size HiCache host pools (ratio 2.0 default).")
     ] = False,
@@ -85,39 +47,23 @@ def pools(
     disable_hybrid_swa_memory: Annotated[
         bool, typer.Option("--disable-hybrid-swa-memory", help="Size every layer as full attention.")
     ] = False,
-    disable_radix_cache: Annotated[
-        bool,
-        typer.Option("--disable-radix-cache", help="With --max-running-requests: request-cap SWA sizing."),
-    ] = False,
     attention_backend: Annotated[
         str | None, typer.Option("--attention-backend", help="Override SGLang's default attention backend.")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    *,
+    server: dict[str, Any],
 ) -> None:
     """Print SGLang's full / SWA / host pool sizes for a model, GPU and flags."""
-    spec = load_model(model)
-    args = ServerArgs(
-        tp_size=tp,
-        page_size=page_size,
-        swa_full_tokens_ratio=swa_full_tokens_ratio,
-        mem_fraction_static=mem_fraction_static,
-        max_total_tokens=max_total_tokens,
-        max_running_requests=max_running_requests,
-        chunked_prefill_size=chunked_prefill_size,
+    sizes = SimConfig(**server).pool_sizes(
         context_length=context_length,
         kv_cache_dtype=kv_cache_dtype,
         disable_hybrid_swa_memory=disable_hybrid_swa_memory,
-        disable_radix_cache=disable_radix_cache,
         attention_backend=attention_backend,
         enable_hierarchical_cache=enable_hierarchical_cache,
         hicache_ratio=hicache_ratio,
         hicache_size=hicache_size,
     )
-    if kv_budget_gib is not None:
-        gpu_spec = get_gpu(gpu) if gpu is not None else None
-        sizes = compute_pool_sizes_from_budget(spec, int(kv_budget_gib * GIB), args, gpu_spec)
-    else:
-        sizes = compute_pool_sizes(spec, get_gpu(gpu or DEFAULT_GPU), args)
     if as_json:
         out = sizes.to_dict()
         out["gpu"] = None if sizes.memory is None else sizes.memory.gpu

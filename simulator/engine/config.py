@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from simulator.pool_sizing import PoolSizes
+    from simulator.server_args import ServerArgs
+
+GIB = 1 << 30
+
+# --schedule-policy values kvplan models (SGLang's schedule_policy.py has more).
+SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm")
 
 
 @dataclass(frozen=True)
 class SimConfig:
     """One what-if configuration. Server fields mirror SGLang's launch flags (None = SGLang's
-    default resolution); policy fields select registered policies by name."""
+    default resolution); policy fields select registered policies by name.
+
+    Frozen and hashable, so a sweep can key results by configuration. The command-line flag of
+    each field is declared once, in ``simulator/cli/server_flags.py``.
+    """
 
     model: str = "gpt-oss-120b"
     gpu: str = "H200"
@@ -51,4 +65,34 @@ class SimConfig:
     decode_log_interval: int = 40
     check_invariants: bool = False
     fast_forward: bool = True  # jump quiet decode steps arithmetically (off: one step at a time)
-    extra: dict = field(default_factory=dict)
+
+    def server_args(self, **more: Any) -> ServerArgs:
+        """SGLang's pool-sizing flags of this configuration; ``more`` sets the flags SimConfig
+        does not carry (``context_length``, ``kv_cache_dtype``, HiCache, ...)."""
+        from simulator.server_args import ServerArgs
+
+        return ServerArgs(
+            tp_size=self.tp,
+            page_size=self.page_size,
+            swa_full_tokens_ratio=self.swa_full_tokens_ratio,
+            mem_fraction_static=self.mem_fraction_static,
+            max_total_tokens=self.max_total_tokens,
+            max_running_requests=self.max_running_requests,
+            chunked_prefill_size=self.chunked_prefill_size,
+            max_prefill_tokens=self.max_prefill_tokens,
+            disable_radix_cache=self.disable_radix_cache,
+            **more,
+        )
+
+    def pool_sizes(self, **more: Any) -> PoolSizes:
+        """SGLang's pool sizes for this configuration (``more`` as in :meth:`server_args`): from
+        the GPU memory model, or from ``kv_budget_gib`` when set (the GPU then still picks the
+        attention backend and so the default page size)."""
+        from simulator.gpus import get_gpu
+        from simulator.models import load_model
+        from simulator.pool_sizing import compute_pool_sizes, compute_pool_sizes_from_budget
+
+        model, gpu, args = load_model(self.model), get_gpu(self.gpu), self.server_args(**more)
+        if self.kv_budget_gib is not None:
+            return compute_pool_sizes_from_budget(model, int(self.kv_budget_gib * GIB), args, gpu)
+        return compute_pool_sizes(model, gpu, args)

@@ -20,7 +20,7 @@ import numpy as np
 import simpy
 
 from policies.eviction_order import EVICTION_ORDERS
-from policies.swa_eviction import SWA_EVICTION, DecodeContext
+from policies.swa_eviction import DecodeContext, make_swa_eviction
 from policies.tombstone import TOMBSTONING
 from simulator.cost_model import DecodeClock
 from simulator.engine.config import SimConfig
@@ -188,10 +188,7 @@ class ServerModel:
         self.cache = make_cache(
             tomb, self.allocator, pools.window, EVICTION_ORDERS.create(cfg.radix_eviction_policy)
         )
-        kwargs = (
-            {"interval": cfg.swa_eviction_interval} if cfg.swa_eviction in ("iteration", "interval") else {}
-        )
-        self.swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **kwargs)
+        self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
         self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
         self.waiting: list[ServerReq] = []
         self.running: list[ServerReq] = []

@@ -14,34 +14,16 @@ from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
 from simulator.models import load_model
-from simulator.pool_sizing import compute_pool_sizes, compute_pool_sizes_from_budget
-from simulator.server_args import ServerArgs, resolve_server_args
-
-GIB = 1 << 30
 
 
 def resolve_pools(cfg: SimConfig):
     """SGLang's pool sizes and scheduler limits for ``cfg`` (``simulator.pool_sizing``)."""
-    model = load_model(cfg.model)
-    gpu = get_gpu(cfg.gpu)
-    args = ServerArgs(
-        tp_size=cfg.tp,
-        page_size=cfg.page_size,
-        swa_full_tokens_ratio=cfg.swa_full_tokens_ratio,
-        mem_fraction_static=cfg.mem_fraction_static,
-        max_total_tokens=cfg.max_total_tokens,
-        max_running_requests=cfg.max_running_requests,
-        chunked_prefill_size=cfg.chunked_prefill_size,
-        max_prefill_tokens=cfg.max_prefill_tokens,
-        disable_radix_cache=cfg.disable_radix_cache,
-    )
+    cfg.server_args()  # SGLang's own flag checks first
     if cfg.disable_radix_cache:
         raise ConfigError("--disable-radix-cache is not modelled yet; kvplan simulates the radix cache")
-    resolved = resolve_server_args(model, gpu, args)
-    if cfg.kv_budget_gib is not None:
-        sizes = compute_pool_sizes_from_budget(model, int(cfg.kv_budget_gib * GIB), args, gpu)
-    else:
-        sizes = compute_pool_sizes(model, gpu, args)
+    model, gpu = load_model(cfg.model), get_gpu(cfg.gpu)
+    sizes = cfg.pool_sizes()
+    resolved = sizes.server_args
     hybrid = bool(sizes.swa_tokens) and bool(sizes.sliding_window)
     if hybrid:
         pools = ServerPools(
@@ -94,14 +76,17 @@ def collector_skips_older_objects() -> Iterator[None]:
         gc.unfreeze()
 
 
-def simulate(trace, cfg: SimConfig, observer: ServerObserver | None = None) -> ServerModel:
+def simulate(
+    trace, cfg: SimConfig, observer: ServerObserver | None = None, *, resolved: tuple | None = None
+) -> ServerModel:
     """Serve ``trace`` under ``cfg``; ``observer`` (e.g. ``metrics.Recorder``) sees everything.
 
+    ``resolved`` is :func:`resolve_pools`'s answer for ``cfg`` when the caller already has it.
     Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
     """
     from simulator.engine.clients import requests_from_trace, start_clients
 
-    model, gpu, _sizes, pools = resolve_pools(cfg)
+    model, gpu, _sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
     cost = build_cost_model(cfg, model, gpu)
     env = simpy.Environment()
     observer = observer or ServerObserver()

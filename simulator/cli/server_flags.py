@@ -1,0 +1,234 @@
+"""Every server flag of kvplan's commands, declared once.
+
+:data:`SERVER_FLAGS` is the one table from a command-line flag (SGLang's launch-flag name where
+SGLang has the flag) to its :class:`SimConfig` field, with the help text and, for enumerated
+flags, where the allowed names come from. A flag's type and its one default are the SimConfig
+field's, so every command that takes the flag agrees on both. :func:`server_options` adds a set of
+these flags to a typer command and hands their values to it as one ``server`` dict (SimConfig
+field -> value), in the manner of sqlite-utils' shared option decorators.
+
+Adding a server flag: a SimConfig field, plus one row here.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields
+from typing import Annotated, Any, TypeVar
+
+import typer
+
+from policies.eviction_order import EVICTION_ORDERS
+from policies.swa_eviction import SWA_EVICTION
+from policies.tombstone import TOMBSTONING
+from simulator.engine.config import SCHEDULE_POLICIES, SimConfig
+from simulator.gpus import gpu_names
+from simulator.models import model_names
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+SGLANG_PANEL = "SGLang server flags"
+KVPLAN_PANEL = "kvplan policies and checks"
+
+
+@dataclass(frozen=True)
+class ServerFlag:
+    """One flag: its SimConfig field, its option declarations (``"--a/--b"`` for an on/off
+    pair), its help, whether SGLang has it (``True``, or SGLang's name where it differs) and the
+    allowed names of an enumerated flag."""
+
+    field: str
+    decls: tuple[str, ...]
+    help: str
+    sglang: bool | str = True
+    choices: Callable[[], Sequence[str]] | None = None
+
+    @property
+    def name(self) -> str:
+        """The flag as a user types it (the first declaration)."""
+        return self.decls[0].split("/")[0]
+
+    @property
+    def sglang_name(self) -> str | None:
+        """SGLang's launch flag for this field, or None for kvplan's own flags."""
+        if isinstance(self.sglang, str):
+            return self.sglang
+        return self.name if self.sglang else None
+
+
+SERVER_FLAGS: tuple[ServerFlag, ...] = (
+    ServerFlag(
+        "model",
+        ("--model",),
+        f"model preset ({', '.join(model_names())}), a Hugging Face config.json (or its "
+        "directory), or a kvplan YAML/JSON model spec",
+        sglang="--model-path",
+    ),
+    ServerFlag("gpu", ("--gpu",), "GPU preset", sglang=False, choices=gpu_names),
+    ServerFlag("tp", ("--tp", "--tp-size"), "tensor-parallel size (attention TP)", sglang="--tp-size"),
+    ServerFlag("page_size", ("--page-size",), "tokens per KV page (default: SGLang's, 1 on CUDA)"),
+    ServerFlag(
+        "swa_full_tokens_ratio",
+        ("--swa-full-tokens-ratio",),
+        "SWA pool tokens / full pool tokens, in (0, 1] (default: SGLang's)",
+    ),
+    ServerFlag(
+        "mem_fraction_static",
+        ("--mem-fraction-static",),
+        "weights + KV share of GPU memory (default: SGLang's heuristic)",
+    ),
+    ServerFlag("max_total_tokens", ("--max-total-tokens",), "cap on full-pool tokens"),
+    ServerFlag("max_running_requests", ("--max-running-requests",), "concurrent request cap"),
+    ServerFlag(
+        "chunked_prefill_size",
+        ("--chunked-prefill-size",),
+        "prefill chunk in tokens (default: SGLang's, by GPU memory)",
+    ),
+    ServerFlag("max_prefill_tokens", ("--max-prefill-tokens",), "most prompt tokens in one prefill batch"),
+    ServerFlag(
+        "disable_radix_cache",
+        ("--disable-radix-cache",),
+        "no prefix cache (pools: request-cap SWA sizing with --max-running-requests; "
+        "the server model refuses it)",
+    ),
+    ServerFlag(
+        "kv_budget_gib",
+        ("--kv-budget-gib",),
+        "KV byte budget per rank in GiB, instead of the GPU memory model",
+        sglang=False,
+    ),
+    ServerFlag(
+        "schedule_policy", ("--schedule-policy",), "waiting-queue order", choices=lambda: SCHEDULE_POLICIES
+    ),
+    ServerFlag(
+        "schedule_conservativeness",
+        ("--schedule-conservativeness",),
+        "scales the decode headroom admission reserves (new_token_ratio)",
+    ),
+    ServerFlag(
+        "radix_eviction_policy",
+        ("--radix-eviction-policy", "--eviction-policy"),
+        "FULL leaf eviction order",
+        choices=EVICTION_ORDERS.names,
+    ),
+    ServerFlag(
+        "disable_overlap_schedule",
+        ("--disable-overlap-schedule/--enable-overlap-schedule",),
+        "SGLang's scheduler without (default here) or with overlap: with it, results are processed "
+        "one step late (SGLang's own default; runs without decode fast-forward)",
+    ),
+    ServerFlag(
+        "swa_eviction",
+        ("--swa-eviction",),
+        "decode-time SWA eviction",
+        sglang=False,
+        choices=SWA_EVICTION.names,
+    ),
+    ServerFlag(
+        "swa_eviction_interval",
+        ("--swa-eviction-interval",),
+        "the interval of the iteration and interval SWA evictions (SGLANG_SWA_EVICTION_INTERVAL)",
+        sglang=False,
+    ),
+    ServerFlag(
+        "tombstone", ("--tombstone",), "SWA radix tree generation", sglang=False, choices=TOMBSTONING.names
+    ),
+    ServerFlag("profile", ("--profile",), "cost-model calibration profile JSON", sglang=False),
+    ServerFlag(
+        "log_decode",
+        ("--log-decode",),
+        "print SGLang's 'Decode batch, ...' line every 40 decode steps",
+        sglang=False,
+    ),
+    ServerFlag(
+        "check_invariants",
+        ("--check-invariants",),
+        "run the cache invariant checker after every step (slow)",
+        sglang=False,
+    ),
+)
+FLAGS: dict[str, ServerFlag] = {f.field: f for f in SERVER_FLAGS}
+
+# The sets the commands take (SimConfig field names, in --help order).
+POOL_FLAGS = (
+    "model",
+    "gpu",
+    "tp",
+    "page_size",
+    "swa_full_tokens_ratio",
+    "mem_fraction_static",
+    "max_total_tokens",
+    "max_running_requests",
+    "chunked_prefill_size",
+    "max_prefill_tokens",
+    "disable_radix_cache",
+    "kv_budget_gib",
+)
+CACHE_POLICY_FLAGS = ("radix_eviction_policy", "swa_eviction", "swa_eviction_interval", "tombstone")
+ALL_FLAGS = tuple(f.field for f in SERVER_FLAGS)
+
+_DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
+_TYPES = typing.get_type_hints(SimConfig)
+
+
+def choice_check(names: Callable[[], Sequence[str]], flag: str) -> Callable[[Any], Any]:
+    """An option callback accepting exactly ``names()`` (None passes: "not given")."""
+
+    def check(value: Any) -> Any:
+        allowed = list(names())
+        if value is not None and value not in allowed:
+            raise typer.BadParameter(f"{value!r} is not one of: {', '.join(allowed)}", param_hint=flag)
+        return value
+
+    return check
+
+
+def _option(flag: ServerFlag) -> Any:
+    """The typed, annotated parameter of one flag."""
+    help_text = flag.help if flag.sglang_name is None else f"SGLang {flag.sglang_name}: {flag.help}"
+    if flag.choices is not None:
+        help_text += f" ({', '.join(flag.choices())})"
+    option = typer.Option(
+        *flag.decls,
+        help=help_text,
+        callback=None if flag.choices is None else choice_check(flag.choices, flag.name),
+        rich_help_panel=SGLANG_PANEL if flag.sglang else KVPLAN_PANEL,
+    )
+    return Annotated[_TYPES[flag.field], option]
+
+
+def server_options(*field_names: str) -> Callable[[F], F]:
+    """Add the flags of ``field_names`` to a typer command, after its own parameters.
+
+    The command declares a ``server: dict`` parameter and receives there the flags' values keyed
+    by SimConfig field, ready for ``SimConfig(**server)``.
+    """
+    flags = [FLAGS[name] for name in field_names]
+
+    def deco(fn: F) -> F:
+        sig = inspect.signature(fn, eval_str=True)
+        own = [p for p in sig.parameters.values() if p.name != "server"]
+        clash = {p.name for p in own} & {f.field for f in flags}
+        if clash:
+            raise ValueError(f"{fn.__name__} declares server flags itself: {sorted(clash)}")
+        added = [
+            inspect.Parameter(
+                f.field, inspect.Parameter.KEYWORD_ONLY, default=_DEFAULTS[f.field], annotation=_option(f)
+            )
+            for f in flags
+        ]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            server = {f.field: kwargs.pop(f.field) for f in flags}
+            return fn(*args, server=server, **kwargs)
+
+        params = own + added
+        wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper  # type: ignore[return-value]
+
+    return deco

@@ -1,0 +1,126 @@
+"""One configuration in, results out: the library's entry point for one simulation run.
+
+:func:`run_config` is what ``kvplan run``, ``kvplan bench-multiturn`` and ``kvplan demo`` call,
+and what a sweep calls in worker processes. Its :class:`RunResult` is plain data (dicts and
+pandas frames, no simulator, SimPy or server objects), so it pickles across processes.
+
+    from simulator import SimConfig, run_config
+    from traces import load_trace
+
+    result = run_config(load_trace("trace.jsonl"), SimConfig(tp=8, page_size=64))
+    print(result.summary["cache_hit_rate"], result.frames["requests"].head())
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TextIO
+
+from simulator.engine.config import SimConfig
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.engine.observer import ServerObserver
+
+__all__ = ["RunResult", "run_config"]
+
+
+@dataclass(frozen=True, eq=False)
+class RunResult:
+    """What one run produced, as plain data.
+
+    ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md).
+    ``frames``: ``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions``.
+    ``counters``: the server's end-of-run counters (evictions, tombstones, retractions, ...).
+    ``pools``: the pools and limits the server ran with (page size, token counts, window, ...).
+    ``pool_sizes``: SGLang's pool sizing behind them (``PoolSizes.to_dict()``: bytes, GPU memory
+    plan, resolved flags, notes); None when a test server stands in for the real one.
+    """
+
+    config: SimConfig
+    summary: dict[str, Any]
+    frames: dict[str, pd.DataFrame]
+    counters: dict[str, Any]
+    pools: dict[str, Any]
+    pool_sizes: dict[str, Any] | None
+
+    def equals(self, other: RunResult) -> bool:
+        """Same configuration and the same results, bit for bit (NaN equals NaN in frames)."""
+        plain = ("config", "summary", "counters", "pools", "pool_sizes")
+        if any(getattr(self, k) != getattr(other, k) for k in plain):
+            return False
+        if self.frames.keys() != other.frames.keys():
+            return False
+        return all(self.frames[k].equals(other.frames[k]) for k in self.frames)
+
+    def write_outputs(self, out_dir: str | Path) -> list[Path]:
+        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
+
+        Each file is written under a temporary name and renamed into place, so a reader never
+        sees a half-written file. Returns the paths written.
+        """
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
+        for name, frame in self.frames.items():
+            written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
+            written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
+        text = json.dumps(self.summary, indent=2) + "\n"
+        written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
+        return written
+
+
+def run_config(
+    trace: Any,
+    cfg: SimConfig,
+    *,
+    log_stream: TextIO | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> RunResult:
+    """Serve ``trace`` (a :class:`traces.Trace`) through the simulated server under ``cfg``.
+
+    ``log_stream`` receives SGLang's decode log lines when ``cfg.log_decode`` (default stdout);
+    ``progress`` is called with the number of finished requests after each finish. Raises
+    ``ConfigError`` for configurations SGLang would refuse.
+    """
+    from simulator.engine.clients import offered_request_rate
+    from simulator.engine.metrics import Recorder
+
+    recorder = Recorder.from_config(
+        cfg, request_rate=offered_request_rate(trace, cfg), log_stream=log_stream, progress=progress
+    )
+    pool_sizes = _serve(trace, cfg, recorder)
+    return RunResult(
+        config=cfg,
+        summary=recorder.summary(),
+        frames=recorder.frames(),
+        counters=dict(recorder.counters),
+        pools=dict(recorder.server_config),
+        pool_sizes=pool_sizes,
+    )
+
+
+def _serve(trace: Any, cfg: SimConfig, observer: ServerObserver) -> dict[str, Any] | None:
+    """Size the pools and simulate; returns the sizing as a dict. (The CLI's plumbing tests put
+    a fake server here.)"""
+    from simulator.engine.simulate import resolve_pools, simulate
+
+    resolved = resolve_pools(cfg)
+    simulate(trace, cfg, observer, resolved=resolved)
+    return resolved[2].to_dict()
+
+
+def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
