@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from controller_proxy import strict_controller  # noqa: F401
 
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
