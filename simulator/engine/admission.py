@@ -57,7 +57,7 @@ def chunk_continuation(
     return min(cand, avail), cand > avail
 
 
-@dataclass
+@dataclass(slots=True)
 class PrefillBatch:
     """What one round admitted: the forward's requests in order (a chunk continuation first),
     those taken from the waiting queue, and the request left mid-prompt (or None)."""
@@ -69,6 +69,21 @@ class PrefillBatch:
 
 class PrefillAdder:
     """One scheduling round's admission budgets (``PrefillAdder`` + ``SWAPrefillBudget``)."""
+
+    __slots__ = (
+        "cache",
+        "page_size",
+        "window",
+        "max_running",
+        "num_running",
+        "chunked_prefill_size",
+        "rem_chunk",
+        "rem_input",
+        "total_offset",
+        "current_offset",
+        "swa_offset",
+        "batch",
+    )
 
     def __init__(
         self,
@@ -83,7 +98,6 @@ class PrefillAdder:
         self.cache = cache
         self.page_size = cache.page_size
         self.window = cache.window
-        self.swa_capacity = cache.capacity()[1]
         self.max_running = max_running
         self.num_running = len(running)
         self.chunked_prefill_size = chunked_prefill_size
@@ -151,7 +165,7 @@ class PrefillAdder:
         rem_swa = swa_room - self.swa_offset - probe_swa
         if needed < rem_swa:
             return True, chunk_limit
-        if needed >= self.swa_capacity and chunk_limit is not None:
+        if chunk_limit is not None and needed >= self.cache.capacity()[1]:
             # a smaller chunk bounds the transient SWA footprint
             headroom = estimate_swa_tokens(0, max_new, None, w, p)
             cap = max(0, int(rem_swa) - headroom) // p * p
