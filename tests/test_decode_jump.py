@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+from controller_proxy import strict_controller  # noqa: F401
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

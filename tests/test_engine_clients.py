@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
+from controller_proxy import strict_controller  # noqa: F401
 
 from simulator.engine.clients import (
     ClientStats,

@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from controller_proxy import strict_controller  # noqa: F401
 from test_engine_clients import fake_simulate
 
 from simulator.engine.config import SimConfig

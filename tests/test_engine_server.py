@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import simpy
+from controller_proxy import strict_controller  # noqa: F401
 
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
@@ -262,13 +263,26 @@ def test_collector_freeze_is_undone_and_leaves_a_callers_freeze_alone():
         gc.unfreeze()
 
 
-def test_prefill_memo_returns_the_cost_models_price_and_stays_bounded(monkeypatch):
-    import simulator.engine.server as server_module
+def test_prefill_memo_returns_the_cost_models_price_and_stays_bounded():
+    from simulator.engine.step_costs import StepCosts
 
-    monkeypatch.setattr(server_module, "PREFILL_MEMO_SIZE", 3)
-    srv = ServerModel(simpy.Environment(), SimConfig(), POOLS[0], LinearCost())
+    costs = StepCosts(LinearCost(), memo_size=3)
     cost = LinearCost()
     for ext, pre in [(100, 0), (100, 0), (64, 128), (7, 9), (100, 0), (5, 5), (64, 128)]:
-        assert srv._prefill_time([ext], [pre]) == cost.prefill_time([ext], [pre])
-        assert len(srv._prefill_memo) <= 3
-    assert srv._prefill_time([10, 20], [0, 5]) == cost.prefill_time([10, 20], [0, 5])  # not memoised
+        assert costs.prefill_time([ext], [pre]) == cost.prefill_time([ext], [pre])
+        assert costs.prefill_memo_len <= 3
+    assert costs.prefill_time([10, 20], [0, 5]) == cost.prefill_time([10, 20], [0, 5])  # not memoised
+    assert costs.prefill_memo_len <= 3
+
+
+def test_memoised_prices_are_per_server():
+    """Two servers with different cost models never share a memoised price."""
+
+    class Doubled(LinearCost):
+        def prefill_time(self, extend, prefix):
+            return 2 * super().prefill_time(extend, prefix)
+
+    one = ServerModel(simpy.Environment(), SimConfig(), POOLS[0], LinearCost())
+    two = ServerModel(simpy.Environment(), SimConfig(), POOLS[0], Doubled())
+    assert one.costs.prefill_time([100], [0]) * 2 == two.costs.prefill_time([100], [0])
+    assert one.costs.decode_terms(4) == two.costs.decode_terms(4)

@@ -325,90 +325,108 @@ def _bench_multiturn(
     wait forever); here an aborted request still releases its client's next row, so the run ends.
     The aborted request itself is excluded from the metrics, as the script excludes failures.
     """
-    rng = loop.sender_rng()
-    heartbeat_of: dict[int, int] = {}
-    next_row: dict[int, int] = {}
-    ready: list[int] = []
-    parent = trace.requests["parent"].to_numpy(np.int64)
-    for i, req in enumerate(reqs):
-        if req.heartbeat:
-            heartbeat_of[req.round] = i
-        elif parent[i] >= 0:
-            next_row[int(parent[i])] = i
-        elif req.round == 0:
-            ready.append(i)
-    total = len(reqs) - len(heartbeat_of)  # pbar.total
-    # Responses each barrier waits for: clients_per_round, counted from the rows actually present so
-    # that a truncated trace (``--limit``) cannot leave the barrier waiting for rows it lacks.
-    per_round = np.bincount(np.array([r.round for r in reqs if not r.heartbeat], dtype=np.int64)).tolist()
-    stats = ClientStats("bench_multiturn", len(reqs), start_s=env.now)
-    tracker = _Tracker(env, stats)
-    responses = simpy.Store(env)
-    state = {"sent": 0, "completed": 0, "returned": 0}
-    all_returned = env.event()
-    if total == 0:
-        all_returned.succeed()
+    clients = _BenchMultiturnClients(env, server, trace, loop, reqs)
+    yield env.process(clients.sender()) & env.process(clients.handler())
+    yield clients.tracker.all_done
+    return clients.stats
 
-    def on_response(event: simpy.Event) -> None:
-        state["returned"] += 1  # pbar.update(1) inside the request function
-        responses.put(event.value)
-        if state["returned"] == total:
-            all_returned.succeed()
 
-    def sender() -> Generator[simpy.Event, Any, None]:
+class _BenchMultiturnClients:
+    """The state the script's two threads share (``sent``, ``completed``, the ready queue) and
+    the two processes (:func:`_bench_multiturn` says what they do)."""
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        server: Server,
+        trace: Trace,
+        loop: BenchMultiturnLoop,
+        reqs: list[SimRequest],
+    ) -> None:
+        self.env, self.server, self.loop, self.reqs = env, server, loop, reqs
+        self.rng = loop.sender_rng()
+        self.heartbeat_of: dict[int, int] = {}
+        self.next_row: dict[int, int] = {}
+        self.ready: list[int] = []
+        parent = trace.requests["parent"].to_numpy(np.int64)
+        for i, req in enumerate(reqs):
+            if req.heartbeat:
+                self.heartbeat_of[req.round] = i
+            elif parent[i] >= 0:
+                self.next_row[int(parent[i])] = i
+            elif req.round == 0:
+                self.ready.append(i)
+        self.total = len(reqs) - len(self.heartbeat_of)  # pbar.total
+        # Responses each barrier waits for: clients_per_round, counted from the rows actually
+        # present so that a truncated trace (``--limit``) cannot leave the barrier waiting for rows
+        # it lacks.
+        rounds = np.array([r.round for r in reqs if not r.heartbeat], dtype=np.int64)
+        self.per_round = np.bincount(rounds).tolist()
+        self.stats = ClientStats("bench_multiturn", len(reqs), start_s=env.now)
+        self.tracker = _Tracker(env, self.stats)
+        self.responses = simpy.Store(env)
+        self.sent = self.completed = self.returned = 0
+        self.all_returned = env.event()
+        if self.total == 0:
+            self.all_returned.succeed()
+        self.flush: Callable[[], Any] | None = None
+        if loop.enable_round_barrier and loop.flush_between_rounds:
+            self.flush = getattr(server, "flush_cache", None)
+            if self.flush is None:
+                raise ConfigError("--flush-between-rounds needs a server model with flush_cache()")
+
+    def on_response(self, event: simpy.Event) -> None:
+        self.returned += 1  # pbar.update(1) inside the request function
+        self.responses.put(event.value)
+        if self.returned == self.total:
+            self.all_returned.succeed()
+
+    def sender(self) -> Generator[simpy.Event, Any, None]:
+        """``request_loop``."""
+        env, loop, ready, rng = self.env, self.loop, self.ready, self.rng
         while True:
-            if state["sent"] - state["completed"] < loop.max_parallel:
+            if self.sent - self.completed < loop.max_parallel:
                 if ready:
                     k = rng.randrange(len(ready)) if loop.ready_queue_policy == "random" else 0
                     i = ready.pop(k)
-                    tracker.send(server, reqs[i]).callbacks.append(on_response)
-                    state["sent"] += 1
+                    self.tracker.send(self.server, self.reqs[i]).callbacks.append(self.on_response)
+                    self.sent += 1
             else:
                 yield env.timeout(loop.poll_interval_s)
                 continue
-            if state["returned"] == total:
+            if self.returned == self.total:
                 return
-            yield env.timeout(_pacing(rng, loop)) | all_returned
-            if all_returned.triggered:
+            yield env.timeout(_pacing(rng, loop)) | self.all_returned
+            if self.all_returned.triggered:
                 # The script would still sleep out this interval, try one more pop from an empty
                 # queue and then stop; nothing of that is observable, so stop now.
                 return
 
-    flush: Callable[[], Any] | None = None
-    if loop.enable_round_barrier and loop.flush_between_rounds:
-        flush = getattr(server, "flush_cache", None)
-        if flush is None:
-            raise ConfigError("--flush-between-rounds needs a server model with flush_cache()")
-
-    def handler() -> Generator[simpy.Event, Any, None]:
+    def handler(self) -> Generator[simpy.Event, Any, None]:
+        """``response_handler``, with the round barrier."""
+        loop, barrier = self.loop, self.loop.enable_round_barrier
         held: list[int] = []
-        barrier_round = 0
-        barrier_done = 0
-        handled = 0
-        while handled < total:
-            req = yield responses.get()
+        barrier_round = barrier_done = handled = 0
+        while handled < self.total:
+            req = yield self.responses.get()
             handled += 1
-            state["completed"] += 1
-            nxt = next_row.get(req.index)
+            self.completed += 1
+            nxt = self.next_row.get(req.index)
             if nxt is not None:
-                (held if loop.enable_round_barrier else ready).append(nxt)
-            if loop.enable_round_barrier and barrier_round < len(per_round):
+                (held if barrier else self.ready).append(nxt)
+            if barrier and barrier_round < len(self.per_round):
                 barrier_done += 1
-                if barrier_done == per_round[barrier_round]:
-                    hb = heartbeat_of.get(barrier_round)
+                if barrier_done == self.per_round[barrier_round]:
+                    hb = self.heartbeat_of.get(barrier_round)
                     if hb is not None:
-                        yield tracker.send(server, reqs[hb])
-                    if flush is not None:
-                        flush()
-                    yield env.timeout(loop.barrier_sleep_s)
-                    ready.extend(held)
+                        yield self.tracker.send(self.server, self.reqs[hb])
+                    if self.flush is not None:
+                        self.flush()
+                    yield self.env.timeout(loop.barrier_sleep_s)
+                    self.ready.extend(held)
                     held = []
                     barrier_round += 1
                     barrier_done = 0
-
-    yield env.process(sender()) & env.process(handler())
-    yield tracker.all_done
-    return stats
 
 
 def _pacing(rng: Any, loop: BenchMultiturnLoop) -> float:

@@ -10,11 +10,7 @@ What is recorded (data flows one way, server -> recorder):
   used / capacity, the capacities those of :meth:`on_start`), and the round the step belongs to;
 * prefill batches, retractions and the server's end-of-run counters.
 
-The summary follows ``benchmark/hicache/bench_multiturn.py``: only successful, non-heartbeat
-requests count; cache hit rate = sum(cached_tokens) / sum(prompt_len); percentiles are
-``sorted[min(int(q * n), n - 1)]``; throughputs divide by ``finished_time - start_time``, where the
-start is the first send and the finish is the last request's return (failed ones included, as
-the script's progress bar counts them). See docs/simulation.md.
+The summary is bench_multiturn's (:mod:`simulator.engine.bench_summary`); see docs/simulation.md.
 """
 
 from __future__ import annotations
@@ -32,10 +28,23 @@ from typing import Any, TextIO
 import numpy as np
 import pandas as pd
 
+from simulator.engine.bench_summary import bench_percentile, bench_summary, latency_stats
 from simulator.engine.config import SimConfig
 from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.request import SimRequest
+
+__all__ = [
+    "DECODE_FRAME_COLUMNS",
+    "LOG_EPOCH",
+    "PREFILL_FRAME_COLUMNS",
+    "REQUEST_FRAME_COLUMNS",
+    "RETRACT_FRAME_COLUMNS",
+    "Recorder",
+    "bench_percentile",
+    "latency_stats",
+    "majority_round",
+]
 
 #: Wall-clock time that simulated time 0 is printed as in ``--log-decode`` lines.
 LOG_EPOCH = datetime(2026, 1, 1, 0, 0, 0)
@@ -86,26 +95,6 @@ PREFILL_FRAME_COLUMNS = (
     "round",
 )
 RETRACT_FRAME_COLUMNS = ("time_s", "requests", "new_token_ratio_before", "new_token_ratio_after")
-
-
-def bench_percentile(sorted_values: np.ndarray | list[float], q: float) -> float:
-    """bench_multiturn's percentile: ``sorted[min(int(q * n), n - 1)]``, 0.0 when empty."""
-    n = len(sorted_values)
-    if n == 0:
-        return 0.0
-    return float(sorted_values[min(int(q * n), n - 1)])
-
-
-def latency_stats(values: np.ndarray) -> dict[str, float]:
-    """mean / p50 / p90 / p99 / max as bench_multiturn prints them (all 0.0 when there are none)."""
-    s = np.sort(np.asarray(values, dtype=np.float64))
-    return {
-        "mean": float(s.mean()) if len(s) else 0.0,
-        "p50": bench_percentile(s, 0.5),
-        "p90": bench_percentile(s, 0.9),
-        "p99": bench_percentile(s, 0.99),
-        "max": float(s[-1]) if len(s) else 0.0,
-    }
 
 
 def _steps_array(values: np.ndarray | int, k: int) -> np.ndarray:
@@ -436,105 +425,16 @@ class Recorder(ServerObserver):
 
     def summary(self) -> dict[str, Any]:
         """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None)."""
-        req = self._request_columns()
-        dec = self._decode_columns()
-        real = ~req["heartbeat"]
-        finish = req["finish_s"]
-        aborted = req["aborted"]
-        returned = real & np.isfinite(finish)
-        ok = returned & ~aborted
-        prompt = int(req["prompt_len"][ok].sum())
-        cached = int(req["cached_tokens"][ok].sum())
-        output = int(req["output_len"][ok].sum())
-        arrival = req["arrival_s"]
-        start = float(np.nanmin(arrival)) if np.isfinite(arrival).any() else 0.0
-        finished = float(finish[returned].max()) if returned.any() else start
-        duration = finished - start
-        n_ok = int(ok.sum())
-        full_usage = dec["full_token_usage"].astype(np.float64)
-        swa_usage = dec["swa_token_usage"].astype(np.float64)
-
-        def per_s(x: float) -> float:
-            return x / duration if duration > 0 else 0.0
-
-        out: dict[str, Any] = {
-            "requests": n_ok,
-            "request_rate": self.request_rate,
-            "requests_submitted": int(real.sum()),
-            "aborted": int((real & aborted).sum()),
-            "unfinished": int((real & ~np.isfinite(finish)).sum()),
-            "heartbeats": int((~real).sum()),
-            "average_prompt_len": prompt / n_ok if n_ok else 0.0,
-            "average_output_len": output / n_ok if n_ok else 0.0,
-            "total_prompt_tokens": prompt,
-            "total_cached_tokens": cached,
-            "total_output_tokens": output,
-            "cache_hit_rate": cached / prompt if prompt else 0.0,
-            "ttft": latency_stats(req["ttft_s"][ok]),
-            "latency": latency_stats(req["latency_s"][ok]),
-            "start_s": start,
-            "finished_s": finished,
-            "duration_s": duration,
-            "input_throughput": per_s(prompt),
-            "output_throughput": per_s(output),
-            "request_throughput": per_s(n_ok),
-            "decode_steps": len(dec["step"]),
-            "prefill_batches": len(self._prefill),
-            "decode_full_token_usage": _mean(full_usage),
-            "decode_swa_token_usage": _mean(swa_usage),
-            "decode_full_token_usage_max": _max(full_usage),
-            "decode_swa_token_usage_max": _max(swa_usage),
-            "capacity": (
-                {"full_tokens": self.capacity.full_tokens, "swa_tokens": self.capacity.swa_tokens}
-                if self.capacity
-                else None
-            ),
-            "retractions": len(self._retract),
-            "retracted_requests": int(sum(r[1] for r in self._retract)),
-            "counters": dict(self.counters),
-            "sim_end_s": self.end_s,
-            "per_round": self._per_round(req, ok, real, dec),
-        }
-        return _json_ready(out)
-
-    @staticmethod
-    def _per_round(
-        req: dict[str, Any], ok: np.ndarray, real: np.ndarray, dec: dict[str, np.ndarray]
-    ) -> list[dict]:
-        """One entry per round 0..max round seen (bench_multiturn lists every round, empty ones too)."""
-        rounds = req["round"]
-        if not real.any():
-            return []
-        prompt, cached = req["prompt_len"], req["cached_tokens"]
-        ttft, latency = req["ttft_s"], req["latency_s"]
-        # decode steps grouped by round; a stable sort keeps each round's steps in step order
-        dec_round = dec["round"]
-        order = np.argsort(dec_round, kind="stable")
-        full_usage = dec["full_token_usage"].astype(np.float64)[order]
-        swa_usage = dec["swa_token_usage"].astype(np.float64)[order]
-        sorted_round = dec_round[order]
-        result = []
-        for r in range(int(rounds[real].max()) + 1):
-            sel = ok & (rounds == r)
-            n = int(sel.sum())
-            p = int(prompt[sel].sum())
-            c = int(cached[sel].sum())
-            lo, hi = np.searchsorted(sorted_round, [r, r + 1])
-            result.append(
-                {
-                    "round": r,
-                    "requests": n,
-                    "ttft_mean": float(ttft[sel].mean()) if n else 0.0,
-                    "latency_mean": float(latency[sel].mean()) if n else 0.0,
-                    "prompt_tokens": p,
-                    "cached_tokens": c,
-                    "cache_hit_rate": c / p if p else 0.0,
-                    "decode_steps": int(hi - lo),
-                    "decode_full_token_usage": _mean(full_usage[lo:hi]),
-                    "decode_swa_token_usage": _mean(swa_usage[lo:hi]),
-                }
-            )
-        return result
+        return bench_summary(
+            self._request_columns(),
+            self._decode_columns(),
+            prefill_batches=len(self._prefill),
+            retractions=self._retract,
+            capacity=self.capacity,
+            counters=self.counters,
+            end_s=self.end_s,
+            request_rate=self.request_rate,
+        )
 
     def write_outputs(self, out_dir: str | Path) -> list[Path]:
         """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
@@ -576,27 +476,3 @@ def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
         if tmp.exists():
             tmp.unlink()
     return path
-
-
-def _mean(v: np.ndarray) -> float | None:
-    v = v[np.isfinite(v)]
-    return float(v.mean()) if len(v) else None
-
-
-def _max(v: np.ndarray) -> float | None:
-    v = v[np.isfinite(v)]
-    return float(v.max()) if len(v) else None
-
-
-def _json_ready(obj: Any) -> Any:
-    """Plain Python types only; NaN and infinities become None (JSON has no NaN)."""
-    if isinstance(obj, dict):
-        return {str(k): _json_ready(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_json_ready(v) for v in obj]
-    if isinstance(obj, np.integer | bool | np.bool_):
-        return bool(obj) if isinstance(obj, bool | np.bool_) else int(obj)
-    if isinstance(obj, float | np.floating):
-        f = float(obj)
-        return f if math.isfinite(f) else None
-    return obj

@@ -100,8 +100,7 @@ def simulate(
         raise StuckSimulation(
             f"{len(unfinished)} of {len(requests)} requests never finished (first: {unfinished[0].rid}); "
             f"server state: {len(server.waiting)} waiting, {len(server.running)} running, "
-            f"chunked={'yes' if server.chunked else 'no'}, full available "
-            f"{server.allocator.full_available_size()}, SWA available {server.allocator.swa_available_size()}"
+            f"chunked={'yes' if server.chunked else 'no'}, {server.memory_summary()}"
         )
     observer.on_end(env.now, server.counters())
     return server

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from policies.swa_eviction import DecodeContext
 from simulator.errors import KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.legacy import LegacySWARadixTree
@@ -45,8 +46,12 @@ class EvictionLog:
     swa_evicted: int = 0
 
 
-class SWARadixCache(ABC):
-    """Shared controller logic; subclasses bind a tree generation."""
+class SWACacheController(ABC):
+    """The cache controller: the scheduler's only door to the tree and the allocator.
+
+    Shared logic; subclasses bind a tree generation. What the engine may call is
+    :class:`simulator.radix.protocol.CacheController`.
+    """
 
     tree: UnifiedSWARadixTree | LegacySWARadixTree
     decode_memory_check = False
@@ -230,8 +235,92 @@ class SWARadixCache(ABC):
         """(FULL, SWA) tokens the request holds outside the tree (invariants 10 and 11)."""
         return req.private_full_tokens(self.page_size), req.private_swa_tokens(self.page_size)
 
+    # ------------------------------------------------------------ the scheduler's view
+    # (simulator.radix.protocol.CacheController: everything the engine reads or calls)
+    def capacity(self) -> tuple[int, int]:
+        """(FULL, SWA) pool sizes in tokens (``size`` / ``size_swa``)."""
+        a = self.allocator
+        return a.full_capacity, a.swa_capacity
 
-class UnifiedSWACache(SWARadixCache):
+    def evictable_tokens(self) -> tuple[int, int]:
+        """(FULL, SWA) tokens eviction could free: the tree's unlocked leaves' ledgers
+        (``full_evictable_size`` / ``swa_evictable_size``). The one definition of evictable."""
+        t = self.tree
+        return t.full_evictable, t.swa_evictable
+
+    def available_tokens(self) -> tuple[int, int]:
+        """(FULL, SWA) free tokens (``full_available_size`` / ``swa_available_size``)."""
+        a = self.allocator
+        return a.full_available_size(), a.swa_available_size()
+
+    def room_tokens(self) -> tuple[int, int]:
+        """(FULL, SWA) tokens a batch may use counting what eviction would free:
+        available + evictable (``PrefillAdder.rem_total_tokens`` before offsets)."""
+        a, t = self.allocator, self.tree
+        return a.full_available_size() + t.full_evictable, a.swa_available_size() + t.swa_evictable
+
+    def used_tokens(self) -> tuple[int, int]:
+        """``#full token`` / ``#swa token`` of SGLang's logs: capacity - (available + evictable)."""
+        a, t = self.allocator, self.tree
+        full = a.full_capacity - (a.full_available_size() + t.full_evictable)
+        swa = a.swa_capacity - (a.swa_available_size() + t.swa_evictable)
+        return full, swa
+
+    def free_pages(self) -> tuple[int, int]:
+        """(FULL, SWA) free pages."""
+        a = self.allocator
+        return a.full_free, a.swa_free
+
+    def lock_footprint(self, req: ReqKV) -> tuple[int, int]:
+        """(FULL, SWA) evictable tokens that locking the request's matched prefix would protect
+        (``PrefillAdder._lock_node``: its own prefix is no room for it)."""
+        return self.tree.lock_footprint(req.last_node)
+
+    def can_alloc_pages(self, n: int) -> bool:
+        return self.allocator.can_alloc_pages(n)
+
+    def alloc_pages(self, n: int) -> None:
+        """Allocate ``n`` pages in both pools (a fast-forwarded decode step's page opens)."""
+        self.allocator.alloc_pages(n)
+
+    def free_swa_pages(self, n: int) -> None:
+        """Free ``n`` SWA pages (decode-time window eviction, applied by a fast-forward)."""
+        self.allocator.free_swa_pages(n)
+
+    def alloc_pages_and_free_swa(self, alloc: int, swa_freed: int) -> None:
+        """Net allocations and window frees of a run of quiet decode steps, at once."""
+        self.allocator.alloc_pages_and_free_swa(alloc, swa_freed)
+
+    def free_group_begin(self) -> None:
+        """``free_group_begin``: hold back the frees of one batch's result processing."""
+        self.allocator.free_group_begin()
+
+    def free_group_end(self) -> None:
+        self.allocator.free_group_end()
+
+    def decode_context(self, forward_ct: int) -> DecodeContext:
+        """What a decode-time SWA-eviction policy sees at step ``forward_ct``; its frees go to
+        this controller's allocator (``ScheduleBatch.maybe_evict_swa``)."""
+        return DecodeContext(self.window, self.page_size, self.allocator, forward_ct)
+
+    def tree_counters(self) -> dict[str, int]:
+        """The tree's event counters, keys prefixed ``tree_``."""
+        return {f"tree_{k}": v for k, v in vars(self.tree.counters).items()}
+
+    def eviction_counts(self) -> dict[str, int]:
+        return dict(vars(self.evictions))
+
+    def tree_stats(self) -> dict:
+        return self.tree.stats()
+
+    def check_invariants(self, running) -> None:
+        """``simulator.invariants.check_invariants`` on this controller and ``running``."""
+        from simulator.invariants import check_invariants
+
+        check_invariants(self, running)
+
+
+class UnifiedSWACache(SWACacheController):
     """``UnifiedRadixCache`` (mem_cache/unified_radix_cache.py) with FULL + SWA components."""
 
     decode_memory_check = True
@@ -300,7 +389,7 @@ class UnifiedSWACache(SWARadixCache):
         req.holds_kv = False
 
 
-class LegacySWACache(SWARadixCache):
+class LegacySWACache(SWACacheController):
     """``SWARadixCache`` of 0.5.9-0.5.15 (mem_cache/swa_radix_cache.py)."""
 
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order=None) -> None:
@@ -350,3 +439,12 @@ def make_cache(tombstone_policy, allocator: SWAKVAllocator, window: int, evictio
     if tombstone_policy.generation == "legacy":
         return LegacySWACache(allocator, window, eviction_order)
     raise KvplanError(f"unknown tree generation {tombstone_policy.generation!r}")
+
+
+def build_controller(
+    tombstone_policy, full_tokens: int, swa_tokens: int, page_size: int, window: int, eviction_order
+) -> SWACacheController:
+    """The allocator and the controller over it, for a server (the engine sees only the latter)."""
+    return make_cache(
+        tombstone_policy, SWAKVAllocator(full_tokens, swa_tokens, page_size), window, eviction_order
+    )

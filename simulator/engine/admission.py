@@ -1,0 +1,208 @@
+"""Prefill admission: which waiting requests the next prefill batch takes, and how much of each.
+
+``schedule_policy.PrefillAdder`` with ``mem_cache/prefill_budget.SWAPrefillBudget`` (SGLang 0.5.23,
+paths relative to ``python/sglang/srt/``): one adder per scheduling round holds the round's
+budgets as fields (remaining input tokens, remaining chunk, the FULL and SWA offsets reserved by
+what it admitted so far) and returns a :class:`PrefillBatch`; the scheduler applies it to its
+queues. The queue order is ``SchedulePolicy.calc_priority`` (:func:`calc_priority`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from simulator.engine.server_state import CLIP_MAX_NEW_TOKENS, LPM_FALLBACK_QUEUE_LEN, ServerReq
+from simulator.radix.protocol import CacheController
+
+NO_CHUNK_LIMIT = 1 << 60  # chunked prefill off (chunked_prefill_size <= 0)
+
+
+def calc_priority(waiting: list[ServerReq], policy: str, cache: CacheController) -> None:
+    """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM sorts by longest match
+    (stable), falling back to FCFS above ``LPM_FALLBACK_QUEUE_LEN`` waiting requests."""
+    if policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN:
+        for r in waiting:
+            cache.match(r)
+        waiting.sort(key=lambda r: -r.prefix_len)
+
+
+def running_offset(running: list[ServerReq], new_token_ratio: float) -> float:
+    """``PrefillAdder._get_running_request_total_token_offset``: tokens the running decodes may
+    still take (ignore_eos requests at ratio 1)."""
+    total = 0.0
+    for r in running:
+        ratio = 1.0 if r.ignore_eos else new_token_ratio
+        total += min(r.max_new_tokens - r.num_outputs, CLIP_MAX_NEW_TOKENS) * ratio
+    return total
+
+
+def estimate_swa_tokens(extend: int, max_new: int, chunk_limit: int | None, window: int, page: int) -> int:
+    """``prefill_budget.estimate_swa_kv_tokens``: the SWA a request may hold at its peak."""
+    allocated = extend if chunk_limit is None else min(extend, chunk_limit)
+    return max(allocated - window, 0) + min(extend + max_new, window) + page
+
+
+def chunk_continuation(
+    req: ServerReq, cache: CacheController, chunked_prefill_size: int, offset: float
+) -> tuple[int, bool]:
+    """(tokens, truncated) of the chunked request's next chunk (``PrefillAdder.add_chunked_req``):
+    the chunk budget, capped by FULL room less ``offset`` and SWA room less a page."""
+    p = cache.page_size
+    avail = chunked_prefill_size if chunked_prefill_size > 0 else NO_CHUNK_LIMIT
+    full_room, swa_room = cache.room_tokens()
+    avail = min(avail, int(full_room - offset), int(swa_room) - p)
+    if avail <= 0:
+        return 0, True
+    cand = req.fill_len - req.prefix_len
+    return min(cand, avail), cand > avail
+
+
+@dataclass(slots=True)
+class PrefillBatch:
+    """What one round admitted: the forward's requests in order (a chunk continuation first),
+    those taken from the waiting queue, and the request left mid-prompt (or None)."""
+
+    reqs: list[ServerReq] = field(default_factory=list)
+    admitted: list[ServerReq] = field(default_factory=list)
+    chunked: ServerReq | None = None
+
+
+class PrefillAdder:
+    """One scheduling round's admission budgets (``PrefillAdder`` + ``SWAPrefillBudget``)."""
+
+    __slots__ = (
+        "cache",
+        "page_size",
+        "window",
+        "max_running",
+        "num_running",
+        "chunked_prefill_size",
+        "rem_chunk",
+        "rem_input",
+        "total_offset",
+        "current_offset",
+        "swa_offset",
+        "batch",
+    )
+
+    def __init__(
+        self,
+        cache: CacheController,
+        *,
+        max_running: int,
+        chunked_prefill_size: int,
+        max_prefill_tokens: int,
+        running: list[ServerReq],
+        new_token_ratio: float,
+    ) -> None:
+        self.cache = cache
+        self.page_size = cache.page_size
+        self.window = cache.window
+        self.max_running = max_running
+        self.num_running = len(running)
+        self.chunked_prefill_size = chunked_prefill_size
+        self.rem_chunk: int | None = chunked_prefill_size if chunked_prefill_size > 0 else None
+        self.rem_input = max_prefill_tokens
+        self.total_offset = running_offset(running, new_token_ratio)  # rem_total_token_offset
+        self.current_offset = 0.0  # cur_rem_token_offset
+        self.swa_offset = 0  # SWAPrefillBudget's reservation
+        self.batch = PrefillBatch()
+
+    def _reserve(self, extend: int, max_new: int) -> None:
+        """``_update_prefill_budget``: charge an admitted extend (page-rounded) to every budget."""
+        p = self.page_size
+        ext = -(-extend // p) * p
+        self.total_offset += ext + p + max_new
+        self.current_offset += ext + p
+        self.swa_offset += estimate_swa_tokens(ext, max_new, self.rem_chunk, self.window, p)
+        self.rem_input -= ext
+        if self.rem_chunk is not None:
+            self.rem_chunk -= ext
+
+    def add_chunked_req(self, req: ServerReq) -> ServerReq | None:
+        """``add_chunked_req``: continue the chunked request; returns it while still truncated."""
+        new_len, truncated = chunk_continuation(req, self.cache, self.chunked_prefill_size, self.total_offset)
+        if new_len > 0:
+            req.extend_end = req.prefix_len + new_len
+            self.batch.reqs.append(req)
+            self._reserve(new_len, 0 if truncated else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
+            if not truncated:
+                return None
+        return req
+
+    def add_waiting(self, waiting: list[ServerReq]) -> PrefillBatch:
+        """Admit from ``waiting`` (already ordered) until a budget runs out; the queue itself is
+        left to the caller."""
+        for req in waiting:
+            if not self._budget_allows_more():
+                break
+            if not self.add_one_req(req):
+                break
+            if self.batch.chunked is not None:
+                break
+        return self.batch
+
+    def _budget_allows_more(self) -> bool:
+        """``budget_state`` is OTHER and ``max_running_requests`` leaves room."""
+        full_room, swa_room = self.cache.room_tokens()
+        if not (
+            full_room - self.total_offset > 0
+            and full_room - self.current_offset > 0
+            and swa_room - self.swa_offset > 0
+        ):
+            return False
+        if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
+            return False
+        return len(self.batch.reqs) + self.num_running < self.max_running
+
+    def _chunk_limit(
+        self, extend: int, max_new: int, probe_swa: int, swa_room: int
+    ) -> tuple[bool, int | None]:
+        """``SWAPrefillBudget``: (fits, chunk limit) for the request's SWA footprint; a request
+        whose footprint exceeds the whole pool gets a smaller chunk (``_chunk_cap``)."""
+        p, w, chunk_limit = self.page_size, self.window, self.rem_chunk
+        needed = estimate_swa_tokens(-(-extend // p) * p, max_new, chunk_limit, w, p)
+        rem_swa = swa_room - self.swa_offset - probe_swa
+        if needed < rem_swa:
+            return True, chunk_limit
+        if chunk_limit is not None and needed >= self.cache.capacity()[1]:
+            # a smaller chunk bounds the transient SWA footprint
+            headroom = estimate_swa_tokens(0, max_new, None, w, p)
+            cap = max(0, int(rem_swa) - headroom) // p * p
+            if cap > 0:
+                return True, min(chunk_limit, cap)
+        return False, chunk_limit
+
+    def add_one_req(self, req: ServerReq) -> bool:
+        """``PrefillAdder.add_one_req``; False stops the round (NO_TOKEN or a budget ran out)."""
+        p = self.page_size
+        self.cache.match(req)  # init_next_round_input
+        max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
+        extend = req.fill_len - req.prefix_len
+        # _lock_node: the check runs with the matched prefix locked, so the request's own
+        # prefix does not count as evictable room for it
+        probe_full, probe_swa = self.cache.lock_footprint(req)
+        full_room, swa_room = self.cache.room_tokens()
+        if not extend + max_new + p < full_room - self.total_offset - probe_full:
+            return False
+        ok, chunk_limit = self._chunk_limit(extend, max_new, probe_swa, swa_room)
+        if not ok:
+            return False  # NO_TOKEN: wait until memory frees up
+        ext_paged = -(-extend // p) * p
+        if chunk_limit is None and self.batch.reqs and ext_paged >= self.rem_input:
+            return False
+        chunked = chunk_limit is not None and ext_paged > chunk_limit
+        if chunked:  # truncate to whole pages of the chunk budget
+            end = (req.prefix_len + chunk_limit // p * p) // p * p
+            extend = end - req.prefix_len
+            if extend <= 0:
+                return False
+        # _commit_prefill_admission
+        req.extend_end = req.prefix_len + extend
+        self.cache.lock_prefix(req)
+        self.batch.reqs.append(req)
+        self.batch.admitted.append(req)
+        self._reserve(extend, 0 if chunked else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
+        if chunked:
+            self.batch.chunked = req
+        return True

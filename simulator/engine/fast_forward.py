@@ -1,0 +1,416 @@
+"""Decode fast-forward: quiet decode steps (and trains of prefill chunks) in one clock jump.
+
+A span of decode steps that needs no scheduling decision is priced in closed form
+(:class:`DecodeClock`), the clock jumps once, clients hear of finishes at their exact times
+(:class:`_FinishChain`), and the cache side is replayed in step order afterwards: in bulk when
+no step can evict (:meth:`FastForwardMixin._replay_jump`), else SGLang's per-step sequence where
+a pool runs short (:meth:`FastForwardMixin._replay_quiet_steps`). The results are those of
+running every step on its own, bit for bit (tests/test_engine_server.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+import simpy
+
+from policies.swa_eviction import DecodeContext
+from simulator.cost_model import DecodeClock
+from simulator.engine.admission import chunk_continuation, running_offset
+from simulator.engine.decode_jump import DecodeJump, JumpSegment
+from simulator.engine.server_state import ServerReq
+from simulator.radix.cache import OutOfMemory
+
+MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
+
+
+class _DeferredFrees:
+    """Stands in for the allocator while a policy's frees are collected for a jump."""
+
+    def free_swa_pages(self, n: int) -> None:
+        pass
+
+
+_DEFERRED_FREES = _DeferredFrees()
+
+
+class _UrgentTimeout(simpy.events.Timeout):
+    """A timeout that fires before ordinary events of the same instant (simpy's URGENT)."""
+
+    def __init__(self, env: simpy.Environment, delay: float) -> None:
+        # simpy.events.Timeout.__init__ with URGENT instead of NORMAL priority
+        self.env = env
+        self.callbacks = []
+        self._value = None
+        self._delay = delay
+        self._ok = True
+        env.schedule(self, simpy.events.URGENT, delay)
+
+
+class _FinishChain:
+    """Tells clients of the finishes inside one decode jump, at their exact times.
+
+    One pending event at a time, for the next finishing step, instead of one per finishing
+    request: an arrival usually cuts a jump short, and the next jump would otherwise schedule
+    the same finishes again. The events are URGENT so that, as when each step ran on its own,
+    a finish at the jump's last step reaches its client before the server resumes.
+    """
+
+    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit")
+
+    def __init__(self, server, batch: list, finishing: list[tuple[int, int]], clock: DecodeClock) -> None:
+        self.server, self.batch, self.finishing, self.clock = server, batch, finishing, clock
+        self.pos = 0
+        self.limit = clock.steps  # steps at or past it are not reached (the jump was cut short)
+        self._schedule(server.env.now)
+
+    def _schedule(self, now: float) -> None:
+        step = self.finishing[self.pos][0]
+        _UrgentTimeout(self.server.env, self.clock.end(step) - now).callbacks.append(self._fire)
+
+    def _fire(self, _event) -> None:
+        step = self.finishing[self.pos][0]
+        if step >= self.limit:
+            return
+        t = self.clock.end(step)
+        finishing = self.finishing
+        while self.pos < len(finishing) and finishing[self.pos][0] == step:
+            self.server._complete(self.batch[finishing[self.pos][1]], t, release=False)
+            self.pos += 1
+        if self.pos < len(finishing) and finishing[self.pos][0] < self.limit:
+            self._schedule(t)
+
+
+class FastForwardMixin:
+    """The jump machinery of :class:`~simulator.engine.server.ServerModel` (a mixin, as SGLang
+    splits its ``Scheduler``): it reads and writes the server's state directly, so a jump adds no
+    call layers to the steps it stands for."""
+
+    def _run_chunk_train(self, req: ServerReq):
+        """Consecutive truncated chunks of one long prompt, in one jump of the clock.
+
+        While a chunk is truncated the prefill batch holds only the chunked request
+        (``add_chunked_req`` uses the whole chunk budget) and nothing else runs or reads the
+        cache, so each chunk's allocation, forward and checkpoint can be applied in order and the
+        clock advanced once. The last (untruncated) chunk goes back to the scheduler, which may
+        batch waiting requests with it.
+        """
+        t = self.env.now
+        records: list[tuple] = []
+        while True:
+            t0 = t
+            cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
+            try:
+                self.cache.alloc_for_extend([req])
+            except OutOfMemory as exc:
+                self.chunked = None
+                self._abort(req, str(exc))
+                break
+            self.forward_ct += 1
+            ext = req.extend_end - req.prefix_len
+            dur = self.costs.prefill_time([ext], [req.prefix_len])
+            full_used, swa_used = self.cache.used_tokens()
+            t = t0 + dur
+            records.append((t0, t, ext, cached_before, full_used, swa_used))
+            self.cache.free_group_begin()
+            self.cache.checkpoint(req, req.extend_end, finished=False)  # stash_chunked_request
+            req.prefix_len = req.extend_end
+            self.cache.free_group_end()
+            self._check()
+            new_len, truncated = chunk_continuation(
+                req,
+                self.cache,
+                self.pools.chunked_prefill_size,
+                running_offset(self.running, self.ratio.current),
+            )
+            if new_len <= 0 or not truncated:
+                break
+            req.extend_end = req.prefix_len + new_len
+        queued0 = len(self.waiting)
+        if t > self.env.now:
+            yield self.env.timeout(t - self.env.now)
+        # the batch records, with the queue each chunk's end saw (arrivals wait out the train)
+        arrivals = sorted(r.sim.arrival_s for r in self.waiting[queued0:])
+        for t0, t1, ext, cached, full_used, swa_used in records:
+            queue = queued0 + bisect.bisect_right(arrivals, t1)
+            self.obs.on_prefill_batch(
+                t0, t1, [req.sim], ext, cached, full_used, swa_used, len(self.running), queue
+            )
+
+    def _quiet_steps(self) -> int:
+        """Upcoming decode steps that need no scheduling decision and cannot retract.
+
+        Within them counters advance, pages are allocated at page boundaries, the SWA-eviction
+        policy frees at its trigger steps, the tree evicts when a pool runs short, and requests
+        finish and are released, all replayed in step order after the jump. The span ends when
+        the batch empties, before a request still running reaches the window (its SWA context
+        stops growing there), and while free plus evictable pages cover every step's allocation
+        with a batch of headroom.
+        """
+        if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
+            return 0
+        batch = self.running
+        bs = len(batch)
+        p = self.page_size
+        k = 0
+        for r in batch:
+            rem = r.output_len - r.num_outputs
+            k = max(k, rem)
+        for r in batch:
+            seq = r.kv_allocated_len + 1
+            if seq < self.window:
+                cross = self.window - seq
+                if cross < r.output_len - r.num_outputs:  # still running when it reaches the window
+                    k = min(k, cross)
+        if k <= 1:
+            return 0
+        full_room, swa_room = self.cache.room_tokens()
+        room = min(full_room // p, swa_room // p)  # free + evictable pages
+        if room < bs:
+            return 0
+        # each request opens at most ceil(s / p) + 1 pages in s steps
+        if p == 1:
+            k = min(k, (room - bs) // bs + 1)
+        else:
+            k = min(k, p * max(0, (room - bs) // bs - 1))
+        return max(0, k)
+
+    def _fast_forward(self, k: int):
+        """Run ``k`` quiet decode steps at once, stopping early if a request arrives.
+
+        The batch may shrink inside the jump: a request that produces its last token at step f
+        leaves after f. Clients learn of each finish at its exact time (:class:`_FinishChain`); the
+        cache-side release is replayed in step order after the clock has moved.
+        """
+        batch = list(self.running)
+        now = self.env.now
+        seqs = [r.kv_allocated_len for r in batch]
+        last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
+        arrival = self._next_arrival if self._next_arrival > now else math.inf
+        segments, clock = self._price_jump(seqs, last, k, now, arrival)
+        m = clock.steps
+        if arrival < clock.last_end:
+            # the announced arrival lands in step m - 1: the jump ends with that step
+            m = clock.steps_ended_by(arrival) + 1
+        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= m)
+        chain = _FinishChain(self, batch, finishing, clock) if finishing else None
+        # an arrival during the last planned step changes nothing; one before it cuts the jump
+        self._interrupt_before = clock.end(m - 2) if m > 1 else now
+        try:
+            yield self.env.timeout(clock.end(m - 1) - now)
+        except simpy.Interrupt:
+            # a request arrived: the step in flight completes before the scheduler sees it
+            self._interrupt_before = -math.inf
+            m = min(m, clock.steps_ended_by(self.env.now) + 1)
+            if chain is not None:
+                chain.limit = m  # finishes past the step in flight are not reached
+            remaining = clock.end(m - 1) - self.env.now
+            if remaining > 0:
+                yield self.env.timeout(remaining)
+        finally:
+            self._interrupt_before = -math.inf
+        self._apply_jump(batch, seqs, last, segments, clock, m)
+
+    def _price_jump(
+        self, seqs: list[int], last: list[int], k: int, now: float, arrival: float
+    ) -> tuple[list[tuple[int, int, list[int]]], DecodeClock]:
+        """The jump's batch segments ``(first step, end step, member indices)`` and their clock.
+
+        A segment ends where a request leaves (after its last step ``last[i]``). Each is priced
+        from its batch size and FULL / SWA context sums at its first step: a step costs
+        ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))`` (``CostModel.decode_terms``).
+        Pricing stops with the segment in which the announced ``arrival`` falls.
+        """
+        w = self.window
+        cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
+        segments: list[tuple[int, int, list[int]]] = []
+        clock = DecodeClock(now, [], *self.costs.decode_terms(1)[1:])
+        a = 0
+        for b in cuts:
+            members = [i for i, f in enumerate(last) if f >= a]
+            segments.append((a, b, members))
+            x0 = y0 = below = 0
+            for i in members:
+                x = seqs[i] + 1 + a  # each step attends over its new token too
+                x0 += x
+                if x < w:
+                    y0 += x
+                    below += 1
+                else:
+                    y0 += w
+            clock.add(b - a, self.costs.decode_terms(len(members))[0], len(members), x0, y0, below)
+            a = b
+            if clock.last_end > arrival:  # the announced arrival comes first: price no further
+                break
+        return segments, clock
+
+    def _apply_jump(
+        self,
+        batch: list[ServerReq],
+        seqs: list[int],
+        last: list[int],
+        segments: list[tuple[int, int, list[int]]],
+        clock: DecodeClock,
+        m: int,
+    ) -> None:
+        """The cache side of a jump whose first ``m`` steps ran: memory operations, releases at
+        finish in step order, and the jump's report (:class:`DecodeJump`)."""
+        forward0 = self.forward_ct
+        p = self.page_size
+        ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
+        bulk = self._replay_jump(batch, seqs, ran, m, forward0)
+        opens: list[int] = bulk[2] if bulk is not None else []  # a page opens at each, in step order
+        frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []  # (step, SWA pages)
+        recorded: list[JumpSegment] = []
+        offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
+        for a, b, members in segments:
+            if a >= m:
+                break
+            b = min(b, m)
+            reqs = [batch[i] for i in members]
+            if bulk is None:  # a step of it may evict: SGLang's per-step sequence, segment by segment
+                full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
+                    reqs, [seqs[i] + a for i in members], b - a, forward0 + a
+                )
+                opens.extend(a + x for x in seg_opens)
+                frees.extend((a + x, pages) for x, pages in seg_frees)
+                for r in reqs:
+                    r.kv_allocated_len += b - a
+                    r.decode_batch_idx += b - a
+                    r.num_outputs += b - a
+            else:
+                opened = bisect.bisect_left(opens, a)
+                freed = sum(pages for x, pages in frees if x < a)
+                full_base = bulk[0] + offset_full + opened * p
+                swa_base = bulk[1] + offset_swa + (opened - freed) * p
+            recorded.append(JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base))
+            # members that produce their last token at this segment's last step
+            done_now = [
+                r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
+            ]
+            if done_now:
+                before = self.cache.used_tokens()
+                self.cache.free_group_begin()
+                for r in done_now:
+                    self._complete(r, math.nan, notify=False)
+                self.cache.free_group_end()
+                after = self.cache.used_tokens()
+                offset_full += after[0] - before[0]
+                offset_swa += after[1] - before[1]
+        # requests that arrived during the last step are in the queue it reports
+        self.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(self.waiting)))
+        self.forward_ct = forward0 + m
+        self.decode_steps += m
+        self.ratio.on_decode_steps(m)
+        self.running = [r for r in batch if r.num_outputs < r.output_len]
+        self._check()
+
+    def _replay_jump(
+        self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
+    ) -> tuple[int, int, list[int], list[tuple[int, int]]] | None:
+        """A whole jump's memory operations at once, when no step of it can evict.
+
+        Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
+        jump opens with a full batch to spare, no step runs short (releases only add free pages),
+        so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
+        one go, and each request's counters advance. Returns ``#full token`` / ``#swa token``
+        before the jump, the steps that open a page (sorted, one entry per page) and the
+        ``(step, pages)`` SWA frees; or None (nothing done) otherwise, and the caller replays
+        segment by segment (:meth:`_replay_quiet_steps`).
+        """
+        p = self.page_size
+        cache = self.cache
+        opens: list[int] = []
+        for x, n in zip(seqs0, ran, strict=True):
+            f = (-x) % p  # the first step at which this request opens a page
+            if f < n:
+                opens.extend(range(f, n, p))
+        if min(cache.free_pages()) - len(opens) < len(batch):
+            return None
+        opens.sort()
+        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
+        frees = [(step, freed // p) for step, freed in self.swa_policy.run_batch(batch, ctx, ran)]
+        full_used0, swa_used0 = self.cache.used_tokens()
+        freed_pages = sum(pages for _, pages in frees)
+        self.swa_freed_by_decode += freed_pages * p
+        cache.alloc_pages_and_free_swa(len(opens), freed_pages)
+        for r, n in zip(batch, ran, strict=True):
+            r.kv_allocated_len += n
+            r.decode_batch_idx += n
+            r.num_outputs += n
+        return full_used0, swa_used0, opens, frees
+
+    def _replay_quiet_steps(
+        self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int
+    ) -> tuple[int, int, list[int], list[tuple[int, int]]]:
+        """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
+
+        Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
+        ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
+        pool runs short, allocations and SWA frees are applied in bulk. Returns ``#full token``
+        and ``#swa token`` before the steps, the steps that open a page (one entry per page) and
+        the ``(step, pages)`` SWA frees: evictions move evictable to available, so they change
+        neither count (:class:`JumpSegment`).
+        """
+        bs = len(batch)
+        p = self.page_size
+        cache = self.cache
+        opens = np.zeros(m, dtype=np.int64)
+        total = 0
+        for x in seqs0:
+            f = (-x) % p  # the first step at which this request opens a page
+            if f < m:
+                opens[f::p] += 1
+                total += (m - 1 - f) // p + 1
+        # SWA-eviction events, computed without touching the allocator, applied in order below
+        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
+        events = [ev for r in batch for ev in self.swa_policy.run_steps(r, ctx, m)]
+        frees_total = sum(freed for _, freed in events) // p
+        self.swa_freed_by_decode += frees_total * p
+        full_used0, swa_used0 = self.cache.used_tokens()
+        pages_through = opens.cumsum()
+        open_steps = np.repeat(np.arange(m), opens).tolist()
+        free_list = [(step, freed // p) for step, freed in events]
+        if min(cache.free_pages()) - total >= bs:
+            # free pages never drop below a batch's worth: no step evicts
+            cache.alloc_pages_and_free_swa(total, frees_total)
+            return full_used0, swa_used0, open_steps, free_list
+        frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
+        for step, freed in events:
+            frees[step] += freed // p
+        self._replay_short_steps(opens, frees, pages_through, bs)
+        return full_used0, swa_used0, open_steps, free_list
+
+    def _replay_short_steps(
+        self, opens: np.ndarray, frees: np.ndarray, pages_through: np.ndarray, bs: int
+    ) -> None:
+        """The per-step sequence of :meth:`_replay_quiet_steps` where a pool may run short:
+        quiet stretches in bulk, each short step as SGLang runs it (evict, window free, evict,
+        allocate)."""
+        cache, p, m = self.cache, self.page_size, len(opens)
+        s = 0
+        while s < m:
+            # free pages before each later step's allocation, if no eviction happened
+            cons_before = pages_through[s:] - opens[s:] - (pages_through[s - 1] if s else 0)
+            frees_before = np.cumsum(frees[s:]) - frees[s:]
+            full_free, swa_free = cache.free_pages()
+            ff = full_free - cons_before
+            sf = swa_free - cons_before + frees_before
+            need = opens[s:]
+            short = (ff < need) | (sf < need) | (ff < bs) | (sf + frees[s:] < bs)
+            hit = np.flatnonzero(short)
+            t = s + int(hit[0]) if len(hit) else m
+            if t > s:  # the quiet stretch [s, t): its allocations and SWA frees, net
+                cache.alloc_pages_and_free_swa(int(opens[s:t].sum()), int(frees[s:t].sum()))
+            if t == m:
+                break
+            # step t runs SGLang's per-step sequence
+            cache.evict_to_free_tokens(int(opens[t]) * p)
+            cache.free_swa_pages(int(frees[t]))
+            cache.evict_to_free_tokens(bs * p)
+            if not cache.can_alloc_pages(int(opens[t])):  # pragma: no cover - excluded by _quiet_steps
+                raise OutOfMemory("decode out of memory inside a fast-forwarded span")
+            cache.alloc_pages(int(opens[t]))
+            s = t + 1

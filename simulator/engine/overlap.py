@@ -1,0 +1,162 @@
+"""Overlap scheduling: ``Scheduler.event_loop_overlap`` (``managers/scheduler.py``).
+
+Batch N+1 is scheduled and launched before batch N's results are processed, so every result,
+checkpoint and release lands one step late and a finishing request takes one extra decode slot.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.engine.server_state import ServerReq
+
+
+@dataclass(eq=False)
+class _Launched:
+    """A batch on the GPU whose results the scheduler has not processed yet (overlap mode)."""
+
+    kind: str
+    reqs: list
+    gens: list
+    start: float
+    end: float
+    info: tuple
+
+
+class OverlapMixin:
+    """The overlap loop of :class:`~simulator.engine.server.ServerModel` (a mixin, as SGLang's
+    ``Scheduler`` is assembled)."""
+
+    def _loop_overlap(self):
+        """``Scheduler.event_loop_overlap``: batch N+1 is scheduled and launched before batch
+        N's results are processed; the GPU runs launched batches back to back.
+
+        So a request that finishes in batch N still takes part in batch N+1 (one over-allocated
+        slot, freed at its release), prefill requests join the next decode batch before their
+        first token is known, and every cache checkpoint and release lands one step later.
+        Runs one forward at a time (no fast-forward).
+        """
+        pending: _Launched | None = None
+        while True:
+            if pending is not None and self.chunked is not None and self.chunked in pending.reqs:
+                # stash_chunked_request: the in-flight chunk is checkpointed when the next batch
+                # is scheduled
+                self._stash_chunk(self.chunked, pending)
+            launched = None
+            batch = self._get_new_batch_prefill()
+            start = pending.end if pending is not None else self.env.now
+            if batch:
+                launched = self._launch_prefill(batch, start)
+            elif self.running:
+                launched = self._launch_decode(start)
+            if pending is not None:
+                if pending.end > self.env.now:
+                    yield self.env.timeout(pending.end - self.env.now)
+                self._process_launched(pending)
+            elif launched is None:
+                if self.idle:
+                    self._wakeup = self.env.event()
+                    yield self._wakeup
+                    self._wakeup = None
+                elif not self.running:
+                    self._abort_unservable()
+            pending = launched
+
+    def _launch_prefill(self, batch: list[ServerReq], start: float):
+        cached_before = self._prepare_extend(batch)
+        if cached_before is None:
+            return None
+        ext = [r.extend_end - r.prefix_len for r in batch]
+        dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
+        full_used, swa_used = self.cache.used_tokens()
+        # the scheduler merges the prefilled requests into the next decode batch right away
+        for r in batch:
+            if r is not self.chunked:
+                self.running.append(r)
+        info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
+        return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
+
+    def _launch_decode(self, start: float):
+        batch = self._prepare_decode()
+        if batch is None:
+            return None
+        full_used, swa_used = self.cache.used_tokens()
+        seqs = [r.kv_allocated_len for r in batch]
+        dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
+        batch = list(batch)
+        info = (full_used, swa_used)
+        return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)
+
+    def _stash_chunk(self, req: ServerReq, launched: _Launched) -> None:
+        if req.stashed is launched:
+            return
+        req.stashed = launched
+        self.cache.free_group_begin()
+        self.cache.checkpoint(req, req.extend_end, finished=False)
+        req.prefix_len = req.extend_end
+        self.cache.free_group_end()
+
+    def _process_launched(self, launched: _Launched) -> None:
+        """``process_batch_result`` of a batch, at its end time, one step late."""
+        t1 = launched.end
+        live = [
+            r
+            for r, gen in zip(launched.reqs, launched.gens, strict=True)
+            if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
+        ]
+        if launched.kind == "prefill":
+            ext, cached, full_used, swa_used, running, queue = launched.info
+            self.obs.on_prefill_batch(
+                launched.start,
+                t1,
+                [r.sim for r in launched.reqs],
+                ext,
+                cached,
+                full_used,
+                swa_used,
+                running,
+                queue,
+            )
+            self.cache.free_group_begin()
+            for r in live:
+                if r.extend_end < r.fill_len:  # a chunk: checkpointed when it was stashed
+                    self._stash_chunk(r, launched)
+                    continue
+                r.num_outputs += 1
+                if math.isnan(r.sim.first_token_s):
+                    r.sim.first_token_s = t1
+                    self.obs.on_first_token(r.sim)
+                if r.num_outputs >= r.output_len:
+                    self._finish_overlap(r, t1)
+                else:
+                    self.cache.checkpoint(r, r.extend_end, finished=False)
+                    r.prefix_len = r.extend_end
+            self.cache.free_group_end()
+        else:
+            full_used, swa_used = launched.info
+            self.overlap_extra_slots += len(launched.reqs) - len(live)
+            self.decode_steps += 1
+            self.ratio.on_decode_steps(1)
+            self.obs.on_decode_steps(
+                np.array([t1]),
+                [r.sim for r in launched.reqs],
+                np.array([full_used]),
+                np.array([swa_used]),
+                len(self.waiting),
+            )
+            self.cache.free_group_begin()
+            for r in live:
+                r.num_outputs += 1
+                if r.num_outputs >= r.output_len:
+                    self._finish_overlap(r, t1)
+            self.cache.free_group_end()
+        self._check()
+
+    def _finish_overlap(self, r: ServerReq, t: float) -> None:
+        """Release with the slot the next (already launched) decode step took for it."""
+        if r in self.running:
+            self.running.remove(r)
+        self._complete(r, t, owned=r.prompt_len + r.num_outputs - 1)

@@ -1,0 +1,67 @@
+"""The scheduler's own state types: a request inside the server, the pools it runs with, the
+admission headroom ratio, and the scheduler constants SGLang defines in several places."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from simulator.engine.request import SimRequest
+from simulator.errors import KvplanError
+from simulator.request_kv import ReqKV
+
+CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
+LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many waiting requests
+INIT_NEW_TOKEN_RATIO = 0.7
+MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+class StuckSimulation(KvplanError):
+    """The server stopped making progress; the message says what it was waiting for."""
+
+
+@dataclass(eq=False)
+class ServerReq(ReqKV):
+    """A request inside the server: the cache's ``ReqKV`` plus scheduler state."""
+
+    sim: SimRequest | None = None
+    done: simpy.Event | None = None
+    ignore_eos: bool = True
+    max_new_tokens: int = 0  # sampling_params.max_new_tokens (>= output_len)
+    retractions: int = 0
+    gen: int = 0  # bumped at each retraction: in-flight results of an older generation are void
+    stashed: object = None  # overlap mode: the launched batch whose chunk was last checkpointed
+
+
+@dataclass(frozen=True)
+class ServerPools:
+    """Resolved pool geometry (from ``simulator.pool_sizing``) the server runs with."""
+
+    page_size: int
+    full_tokens: int
+    swa_tokens: int
+    window: int
+    max_running_requests: int
+    chunked_prefill_size: int
+    hybrid: bool = True
+
+
+@dataclass
+class NewTokenRatio:
+    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes."""
+
+    conservativeness: float = 1.0
+    current: float = field(init=False)
+    minimum: float = field(init=False)
+    decay: float = field(init=False)
+
+    def __post_init__(self) -> None:
+        init = min(INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
+        self.current = init
+        self.minimum = init * MIN_NEW_TOKEN_RATIO_FACTOR
+        self.decay = (init - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    def on_decode_steps(self, steps: int) -> None:
+        self.current = max(self.current - self.decay * steps, self.minimum)
