@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.cost_model as cost_module
-from simulator.cost_model import (
+import simulator.cost.roofline as cost_module
+from simulator.cost import (
     PROFILE_VERSION,
     CostCoefficients,
     CostModel,
@@ -22,6 +22,7 @@ from simulator.cost_model import (
     load_profile,
     validate_profile,
 )
+from simulator.engine.decode_clock import DecodeClock
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu, gpu_names
 from simulator.models import get_model, model_from_spec_dict, model_names
@@ -223,7 +224,7 @@ def test_decode_clock_equals_the_step_loop(now, segments, coeffs) -> None:
     """The closed-form jump pricing (pieces where a roofline max switches branch included)
     equals pricing and summing each step, to rounding."""
     fa, fb, sa, sb = coeffs
-    fast = cost_module.DecodeClock(now, segments, fa, fb, sa, sb).ends()
+    fast = DecodeClock(now, segments, fa, fb, sa, sb).ends()
     slow = _step_ends_by_loop(now, segments, fa, fb, sa, sb)
     assert fast.shape == (len(slow),)
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-12)
@@ -251,7 +252,7 @@ def test_decode_clock_scalar_queries_match_its_array(now, segments, coeffs, prob
     """``end(j)`` is the same float as ``ends()[j]`` (finish times and the recorded step times
     must agree exactly), ``steps_ended_by`` is ``searchsorted(..., "right")``, and a prefix of
     the array is the array's prefix."""
-    clock = cost_module.DecodeClock(now, segments, *coeffs)
+    clock = DecodeClock(now, segments, *coeffs)
     ends = clock.ends()
     assert clock.steps == len(ends) and clock.last_end == ends[-1]
     assert [clock.end(j) for j in range(len(ends))] == ends.tolist()
@@ -269,7 +270,7 @@ def test_decode_clock_switches_branch_inside_a_segment() -> None:
     for fa in (1.1e-9, 1.3e-9, 2e-9):
         for now, n in ((0.0, 10), (5.0, 1000)):
             segments = [(50, 1e-3, n, 0, 0, 64), (20, 2e-3, n // 2 or 1, 7_000, 900, 3)]
-            fast = cost_module.DecodeClock(now, segments, fa, 1e-9, 1.25e-9, 1e-9).ends()
+            fast = DecodeClock(now, segments, fa, 1e-9, 1.25e-9, 1e-9).ends()
             slow = _step_ends_by_loop(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
             np.testing.assert_allclose(fast, slow, rtol=1e-13)
 
