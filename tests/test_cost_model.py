@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import simulator.cost_model as cost_module
-from simulator.cost_model import (
+import simulator.cost.roofline as cost_module
+from simulator.cost import (
     PROFILE_VERSION,
     CostCoefficients,
     CostModel,
@@ -22,6 +22,7 @@ from simulator.cost_model import (
     load_profile,
     validate_profile,
 )
+from simulator.engine.decode_clock import DecodeClock
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu, gpu_names
 from simulator.models import get_model, model_from_spec_dict, model_names
@@ -223,7 +224,7 @@ def test_decode_clock_equals_the_step_loop(now, segments, coeffs) -> None:
     """The closed-form jump pricing (pieces where a roofline max switches branch included)
     equals pricing and summing each step, to rounding."""
     fa, fb, sa, sb = coeffs
-    fast = cost_module.DecodeClock(now, segments, fa, fb, sa, sb).ends()
+    fast = DecodeClock(now, segments, fa, fb, sa, sb).ends()
     slow = _step_ends_by_loop(now, segments, fa, fb, sa, sb)
     assert fast.shape == (len(slow),)
     np.testing.assert_allclose(fast, slow, rtol=1e-12, atol=1e-12)
@@ -251,7 +252,7 @@ def test_decode_clock_scalar_queries_match_its_array(now, segments, coeffs, prob
     """``end(j)`` is the same float as ``ends()[j]`` (finish times and the recorded step times
     must agree exactly), ``steps_ended_by`` is ``searchsorted(..., "right")``, and a prefix of
     the array is the array's prefix."""
-    clock = cost_module.DecodeClock(now, segments, *coeffs)
+    clock = DecodeClock(now, segments, *coeffs)
     ends = clock.ends()
     assert clock.steps == len(ends) and clock.last_end == ends[-1]
     assert [clock.end(j) for j in range(len(ends))] == ends.tolist()
@@ -269,7 +270,7 @@ def test_decode_clock_switches_branch_inside_a_segment() -> None:
     for fa in (1.1e-9, 1.3e-9, 2e-9):
         for now, n in ((0.0, 10), (5.0, 1000)):
             segments = [(50, 1e-3, n, 0, 0, 64), (20, 2e-3, n // 2 or 1, 7_000, 900, 3)]
-            fast = cost_module.DecodeClock(now, segments, fa, 1e-9, 1.25e-9, 1e-9).ends()
+            fast = DecodeClock(now, segments, fa, 1e-9, 1.25e-9, 1e-9).ends()
             slow = _step_ends_by_loop(now, segments, fa, 1e-9, 1.25e-9, 1e-9)
             np.testing.assert_allclose(fast, slow, rtol=1e-13)
 
@@ -516,3 +517,28 @@ def test_docs_worked_example_matches_code() -> None:
     documented = text.split(start, 1)[1].split(end, 1)[0]
     expected = worked_example_markdown()
     assert documented == expected, "docs/cost-model.md worked example is stale; new block:\n" + expected
+
+
+def test_old_cost_model_path_re_exports_the_new_modules():
+    """simulator.cost_model is a shim: every name it offers is the object of the new layout."""
+    import simulator.cost as cost_pkg
+    import simulator.cost_model as shim
+    import simulator.engine.decode_clock as decode_clock
+
+    for name in shim.__all__:
+        home = decode_clock if name in decode_clock.__all__ else cost_pkg
+        assert getattr(shim, name) is getattr(home, name), name
+    assert set(cost_pkg.__all__) | set(decode_clock.__all__) == set(shim.__all__)
+
+
+def test_triangles_keep_no_state_between_calls():
+    """No module-level memo: each call returns exactly n entries, the same floats as before."""
+    from simulator.engine.decode_clock import triangles
+
+    big1, big2 = triangles(1000)
+    small1, small2 = triangles(3)
+    assert len(small1) == len(small2) == 3
+    assert small1.tolist() == [1.0, 2.0, 3.0] and small2.tolist() == [0.0, 1.0, 3.0]
+    assert np.array_equal(big1[:3], small1) and np.array_equal(big2[:3], small2)
+    assert big2[999] == 999 * 1000 / 2
+    assert len(triangles(0)[0]) == 0

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 import pytest
 
+from simulator.cost import derive_geometry
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
-from simulator.models import get_model, model_from_spec_dict
+from simulator.kv_geometry import (
+    DSV4_LATENT_BYTES_PER_TOKEN,
+    dsv4_indexer_bytes_per_token,
+    dsv4_paged_bytes_per_token,
+    full_layer_kv_bytes,
+    kv_bytes_per_token_per_rank,
+    swa_layer_kv_bytes,
+)
+from simulator.models import get_model, model_from_spec_dict, model_names
 from simulator.pool_sizing import GIB, compute_pool_sizes, compute_pool_sizes_from_budget
 from simulator.server_args import ServerArgs, resolve_server_args
 
@@ -304,3 +313,60 @@ def test_dsv4_hicache_needs_explicit_ratio():
         compute_pool_sizes_from_budget(dsv4, 50 * GIB, ServerArgs(enable_hierarchical_cache=True))
     p = compute_pool_sizes_from_budget(dsv4, 50 * GIB, ServerArgs(hicache_ratio=2.0))
     assert p.host_full_tokens == int(p.full_tokens // 256 * 2.0) * 256
+
+
+# ---- one definition of KV bytes per token (simulator/kv_geometry.py) ------------------------------
+
+MHA_PRESETS = [name for name in model_names() if not get_model(name).is_dsv4]
+
+
+@pytest.mark.parametrize("tp", [1, 2, 8])
+@pytest.mark.parametrize("name", MHA_PRESETS)
+def test_pool_cells_and_cost_geometry_share_kv_bytes_per_token(name, tp):
+    """Pool sizing's cell sizes and the cost model's KV bytes per token come from one formula:
+    with hybrid pools they are the same numbers; a one-pool model sizes every layer as full."""
+    model = get_model(name)
+    pools = compute_pool_sizes_from_budget(model, 400 * GIB, ServerArgs(tp_size=tp, page_size=64))
+    kvb = pools.kv_dtype_bytes
+    full, swa = kv_bytes_per_token_per_rank(model, tp, kvb)
+    if pools.hybrid_swa:
+        assert (pools.full_bytes_per_token, pools.swa_bytes_per_token) == (full, swa)
+    else:
+        assert pools.full_bytes_per_token == model.num_layers * full_layer_kv_bytes(model, tp, kvb)
+        assert pools.swa_bytes_per_token == 0
+    geometry, _ = derive_geometry(model, tp, kv_dtype_bytes=kvb)
+    assert geometry.full_kv_bytes_per_token_per_rank == full
+    assert geometry.swa_kv_bytes_per_token_per_rank == swa
+
+
+def test_kv_bytes_per_layer_by_hand():
+    # gpt-oss-120b: 8 KV heads x (64 + 64) dims x 2 B; TP 16 floors at one head per rank.
+    assert full_layer_kv_bytes(GPT_OSS, 1, 2) == 8 * 128 * 2 == 2048
+    assert swa_layer_kv_bytes(GPT_OSS, 1, 2) == 2048
+    assert full_layer_kv_bytes(GPT_OSS, 16, 2) == 1 * 128 * 2
+    assert kv_bytes_per_token_per_rank(GPT_OSS, 1, 1) == (18 * 1024.0, 18 * 1024.0)
+
+
+def test_dsv4_facts_by_hand():
+    # V4 layout: 584 B per token, pages padded to 576-byte rows. Page 256: 256 x 584 = 149504 B
+    # -> 260 rows of 576 = 149760 B -> 585.0 B per token. Page 72 fills its rows exactly.
+    assert DSV4_LATENT_BYTES_PER_TOKEN == 584
+    assert dsv4_paged_bytes_per_token(256) == 149760 / 256 == 585.0
+    assert dsv4_paged_bytes_per_token(72) == 584.0
+    # FP8 indexer key: one byte per dimension plus a 4-byte scale per 128 dimensions.
+    assert dsv4_indexer_bytes_per_token(128) == 132
+    assert dsv4_indexer_bytes_per_token(512) == 528
+    dsv4 = get_model("DeepSeek-V4-Flash")
+    geom = dsv4.dsv4
+    assert geom is not None
+    full, swa = kv_bytes_per_token_per_rank(dsv4, 4, 1)
+    n_c4, n_c128 = geom.layers_with_ratio(4), geom.layers_with_ratio(128)
+    idx = dsv4_indexer_bytes_per_token(geom.index_head_dim)
+    assert full == n_c4 * (584 + idx) / 4 + n_c128 * 584 / 128
+    assert swa == len(geom.compress_ratios) * 584
+    # Pool sizing prices the same layers with the paged layout (page 256 default).
+    pools = compute_pool_sizes_from_budget(dsv4, 40 * GIB, ServerArgs(tp_size=4))
+    compressed = (0.25 * dsv4_paged_bytes_per_token(64) + 0.25 * idx) * n_c4 + (
+        1 / 128
+    ) * dsv4_paged_bytes_per_token(2) * n_c128
+    assert pools.full_bytes_per_token == round(compressed)

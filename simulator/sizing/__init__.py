@@ -1,0 +1,1 @@
+"""The steps of KV pool sizing; :mod:`simulator.pool_sizing` strings them together."""
