@@ -519,18 +519,6 @@ def test_docs_worked_example_matches_code() -> None:
     assert documented == expected, "docs/cost-model.md worked example is stale; new block:\n" + expected
 
 
-def test_old_cost_model_path_re_exports_the_new_modules():
-    """simulator.cost_model is a shim: every name it offers is the object of the new layout."""
-    import simulator.cost as cost_pkg
-    import simulator.cost_model as shim
-    import simulator.engine.decode_clock as decode_clock
-
-    for name in shim.__all__:
-        home = decode_clock if name in decode_clock.__all__ else cost_pkg
-        assert getattr(shim, name) is getattr(home, name), name
-    assert set(cost_pkg.__all__) | set(decode_clock.__all__) == set(shim.__all__)
-
-
 def test_triangles_keep_no_state_between_calls():
     """No module-level memo: each call returns exactly n entries, the same floats as before."""
     from simulator.engine.decode_clock import triangles

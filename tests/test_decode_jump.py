@@ -7,7 +7,7 @@ from controller_proxy import strict_controller  # noqa: F401
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.cost_model import DecodeClock
+from simulator.engine.decode_clock import DecodeClock
 from simulator.engine.decode_jump import DecodeJump, JumpSegment, materialize
 from simulator.engine.metrics import Recorder
 from simulator.engine.observer import PoolCapacity, ServerObserver

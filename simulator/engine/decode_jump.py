@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.cost_model import DecodeClock, triangles
+from simulator.engine.decode_clock import DecodeClock, triangles
 from simulator.engine.request import SimRequest
 
 

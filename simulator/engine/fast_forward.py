@@ -17,8 +17,8 @@ import numpy as np
 import simpy
 
 from policies.swa_eviction import DecodeContext
-from simulator.cost_model import DecodeClock
 from simulator.engine.admission import chunk_continuation, running_offset
+from simulator.engine.decode_clock import DecodeClock
 from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory

@@ -49,7 +49,7 @@ def resolve_pools(cfg: SimConfig):
 
 
 def build_cost_model(cfg: SimConfig, model, gpu):
-    from simulator.cost_model import CostModel, load_profile
+    from simulator.cost import CostModel, load_profile
 
     profile = load_profile(cfg.profile) if cfg.profile else None
     return CostModel.from_presets(model, gpu, cfg.tp, profile)
