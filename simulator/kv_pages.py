@@ -124,13 +124,14 @@ class SWAPageState:
         p = self.page_size
         # paged.alloc_extend merges when extend_num_tokens // page + bs + 1 exceeds the list
         bound = extend_tokens // p + bs + 1 if p > 1 else n_pages
-        return self._alloc(n_pages, bound)
+        return self.alloc(n_pages, bound)
 
     def alloc_decode(self, n_pages: int, bs: int) -> tuple[np.ndarray, np.ndarray]:
         """``alloc_decode`` (paged: merge when ``bs`` exceeds the list) / ``alloc(bs)``."""
-        return self._alloc(n_pages, bs if self.page_size > 1 else n_pages)
+        return self.alloc(n_pages, bs if self.page_size > 1 else n_pages)
 
-    def _alloc(self, n: int, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    def alloc(self, n: int, bound: int) -> tuple[np.ndarray, np.ndarray]:
+        """``n`` pages in both pools, merging staged pages first if ``bound`` exceeds a list."""
         full = self.full.take(n, bound)
         swa = self.swa.take(n, bound)
         self.full_to_swa[full] = swa

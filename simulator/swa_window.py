@@ -7,7 +7,14 @@ then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row.
 from __future__ import annotations
 
 from simulator.kv_allocator import SWAKVAllocator
+from simulator.memory_ops import OpKind
 from simulator.request_kv import ReqKV, ceil_page
+
+
+def _record_swa_free(req: ReqKV, lo: int, hi: int, page_size: int, allocator: SWAKVAllocator) -> None:
+    """While recording: a window-free record of the row's pages ``[lo, hi)`` (tokens,
+    page-aligned), SGLang's ``free_swa_segment``."""
+    allocator.apply_op(OpKind.SWA_WINDOW_FREE, req.rid, req.kv_pages[lo // page_size : hi // page_size])
 
 
 def free_out_of_window_0523(
@@ -30,7 +37,10 @@ def free_out_of_window_0523(
     threshold = pre_len - ceil_page(max(window, page_size), page_size)
     new = max(evicted, threshold) // page_size * page_size
     if new > evicted:
-        allocator.free_swa_pages((new - evicted) // page_size)
+        if req.kv_pages is None:
+            allocator.free_swa_pages((new - evicted) // page_size)
+        else:
+            _record_swa_free(req, evicted, new, page_size, allocator)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0
@@ -51,7 +61,10 @@ def free_out_of_window_legacy(
     evicted = req.swa_evicted_seqlen
     new = max(evicted, pre_len - margin) // page_size * page_size
     if new > evicted:
-        allocator.free_swa_pages((new - evicted) // page_size)
+        if req.kv_pages is None:
+            allocator.free_swa_pages((new - evicted) // page_size)
+        else:
+            _record_swa_free(req, evicted, new, page_size, allocator)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0
