@@ -43,6 +43,8 @@ class CacheReplayConfig:
     checkpoint_sizes_in_free_group: bool | None = None
     # Jump over decode steps in which nothing but a counter or a page allocation happens.
     fast_forward: bool = True
+    # Record every memory operation with real page ids (ReplayResult.ops; simulator/memory_ops.py).
+    record_ops: bool = False
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -73,6 +75,7 @@ class ReplayResult:
     evictions: dict
     final_sizes: dict
     summary: dict = field(default_factory=dict)
+    ops: object = None  # the MemoryOpExecutor when cfg.record_ops
 
 
 def _row_hash(rows: np.ndarray) -> np.ndarray:
@@ -132,6 +135,7 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
     swa_policy = SWA_EVICTION.create(cfg.swa_eviction, **swa_kwargs)
     allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
     cache = make_cache(tomb, allocator, cfg.window, order)
+    ops = cache.start_recording() if cfg.record_ops else None
     check = cfg.check_invariants
     in_group_snapshot = cfg.checkpoint_sizes_in_free_group
     if in_group_snapshot is None:
@@ -153,6 +157,8 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         cache.lock_prefix(req)
         if check:
             check_invariants(cache, ())
+        if ops is not None:
+            cache.begin_step(forward_iter)
         try:
             cache.alloc_for_extend(req)
         except OutOfMemory as exc:
@@ -192,12 +198,16 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
                     cache.quiet_decode_steps(req),
                 )
                 if k > 0:
+                    if ops is not None:
+                        cache.begin_step(forward_iter)
                     cache.fast_forward_decode(req, k)
                     forward_iter += k
                     req.num_outputs += k
                     if check:
                         check_invariants(cache, running)
                     continue
+            if ops is not None:
+                cache.begin_step(forward_iter)
             if cache.decode_memory_check:
                 cache.check_decode_mem(req)
             swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, forward_iter))
@@ -235,7 +245,7 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
         final_sizes=cache.sizes(),
         config=dict(vars(cfg)) if hasattr(cfg, "__dict__") else {},
     )
-    return ReplayResult(records, stats, counters, dict(vars(cache.evictions)), cache.sizes(), summary)
+    return ReplayResult(records, stats, counters, dict(vars(cache.evictions)), cache.sizes(), summary, ops)
 
 
 def replay_requests(

@@ -22,7 +22,6 @@ from simulator.errors import ConfigError
 from simulator.kv_pages import SWAPageState
 from simulator.memory_ops import FREES_FULL, FREES_SWA, MemoryOp, MemoryOpExecutor, OpKind
 
-
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
@@ -80,9 +79,7 @@ class SWAKVAllocator:
         self.recorder = MemoryOpExecutor(pages)
         return self.recorder
 
-    def apply_op(
-        self, kind: OpKind, reason: str, full: np.ndarray | None = None, **fields
-    ) -> MemoryOp:
+    def apply_op(self, kind: OpKind, reason: str, full: np.ndarray | None = None, **fields) -> MemoryOp:
         """Apply one decision through the executor and move the counters as the count API
         would; returns the applied record (page ids resolved)."""
         rec = self.recorder

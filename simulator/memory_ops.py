@@ -97,7 +97,9 @@ class MemoryOpExecutor:
         self.steps.append(StepInfo(step, start_s, duration_s))
 
     def apply(self, op: MemoryOp) -> MemoryOp:
-        """Apply ``op``; return it with its SWA pages resolved (what is kept)."""
+        """Apply ``op``; return it with its SWA pages resolved (what is kept). A replayed
+        record's recorded pages must come out the same (AssertionError otherwise)."""
+        recorded_swa = op.swa
         s = self.pages
         k = op.kind
         if k == OpKind.ALLOC:
@@ -125,6 +127,8 @@ class MemoryOpExecutor:
             s.group_end()
         else:
             raise NotImplementedError(f"no executor for {k.name} records yet")
+        if len(recorded_swa) and not np.array_equal(recorded_swa, op.swa):
+            raise AssertionError(f"{k.name}: SWA pages {op.swa} != recorded {recorded_swa}")
         if self.keep:
             self.ops.append(op)
         return op

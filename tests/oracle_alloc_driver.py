@@ -19,7 +19,12 @@ import sys
 import warnings
 
 warnings.filterwarnings("ignore")
-sys.path.insert(0, os.environ.get("KVPLAN_ORACLE_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "oracle")))
+sys.path.insert(
+    0,
+    os.environ.get(
+        "KVPLAN_ORACLE_DIR", os.path.join(os.path.dirname(__file__), "..", "..", "shared", "oracle")
+    ),
+)
 import sgl_stubs  # noqa: E402,F401  (must precede every sglang import)
 import torch  # noqa: E402
 from sglang.srt.mem_cache.allocator.swa import SWATokenToKVPoolAllocator  # noqa: E402
@@ -30,14 +35,29 @@ from sglang.srt.server_args import ServerArgs  # noqa: E402
 
 def build(cfg: dict) -> SWATokenToKVPoolAllocator:
     ps = cfg["page_size"]
-    publish(ServerArgs(model_path="dummy", page_size=ps, device="cpu", attention_backend="torch_native"), role="scheduler")
+    publish(
+        ServerArgs(model_path="dummy", page_size=ps, device="cpu", attention_backend="torch_native"),
+        role="scheduler",
+    )
     kv = SWAKVPool(
-        size=cfg["full_tokens"], size_swa=cfg["swa_tokens"], page_size=ps, dtype=torch.bfloat16,
-        head_num=1, head_dim=4, swa_attention_layer_ids=[0], full_attention_layer_ids=[1], device="cpu",
+        size=cfg["full_tokens"],
+        size_swa=cfg["swa_tokens"],
+        page_size=ps,
+        dtype=torch.bfloat16,
+        head_num=1,
+        head_dim=4,
+        swa_attention_layer_ids=[0],
+        full_attention_layer_ids=[1],
+        device="cpu",
     )
     return SWATokenToKVPoolAllocator(
-        size=cfg["full_tokens"], size_swa=cfg["swa_tokens"], page_size=ps, dtype=torch.bfloat16,
-        device="cpu", kvcache=kv, need_sort=cfg["need_sort"],
+        size=cfg["full_tokens"],
+        size_swa=cfg["swa_tokens"],
+        page_size=ps,
+        dtype=torch.bfloat16,
+        device="cpu",
+        kvcache=kv,
+        need_sort=cfg["need_sort"],
     )
 
 
@@ -56,16 +76,18 @@ def main() -> None:
         if kind == "extend":
             rids = [r for r, _ in op["reqs"]]
             pre = [len(rows.setdefault(r, [])) for r in rids]
-            seq = [p + n for p, (_, n) in zip(pre, op["reqs"])]
+            seq = [p + n for p, (_, n) in zip(pre, op["reqs"], strict=True)]
             total = sum(n for _, n in op["reqs"])
             if ps == 1:
                 got = a.alloc(total)
             else:
                 last = torch.tensor([rows[r][-1] if rows[r] else -1 for r in rids], dtype=torch.int64)
-                got = a.alloc_extend(torch.tensor(pre), torch.tensor(pre), torch.tensor(seq), torch.tensor(seq), last, total)
+                got = a.alloc_extend(
+                    torch.tensor(pre), torch.tensor(pre), torch.tensor(seq), torch.tensor(seq), last, total
+                )
             assert got is not None, ("extend failed", op)
             got = got.tolist()
-            for r, (_, n) in zip(rids, op["reqs"]):
+            for r, (_, n) in zip(rids, op["reqs"], strict=True):
                 rows[r].extend(got[:n])
                 got = got[n:]
         elif kind == "decode":
@@ -77,7 +99,7 @@ def main() -> None:
                 last = torch.tensor([rows[r][-1] for r in rids], dtype=torch.int64)
                 got = a.alloc_decode(seq, seq, last)
             assert got is not None, ("decode failed", op)
-            for r, x in zip(rids, got.tolist()):
+            for r, x in zip(rids, got.tolist(), strict=True):
                 rows[r].append(x)
         elif kind == "free":
             idx = torch.tensor(rows[op["row"]][op["start"] : op["end"]], dtype=torch.int64)
@@ -99,7 +121,11 @@ def main() -> None:
             dict(
                 full_free=a.full_attn_allocator.get_all_free_pages().tolist(),
                 swa_free=a.swa_attn_allocator.get_all_free_pages().tolist(),
-                rows={r: [pages(torch.tensor(v[::ps]), ps), pages(m[torch.tensor(v[::ps])], ps)] for r, v in rows.items() if v},
+                rows={
+                    r: [pages(torch.tensor(v[::ps]), ps), pages(m[torch.tensor(v[::ps])], ps)]
+                    for r, v in rows.items()
+                    if v
+                },
             )
         )
     json.dump(out, sys.stdout)

@@ -14,8 +14,8 @@ import subprocess
 
 import numpy as np
 import pytest
-
 from oracle_harness import oracle_dir, oracle_missing_reason, oracle_python
+
 from simulator.kv_pages import SWAPageState
 
 DRIVER = os.path.join(os.path.dirname(__file__), "oracle_alloc_driver.py")
@@ -134,7 +134,9 @@ def random_ops(rng: random.Random, rows: Rows, n_ops: int) -> tuple[list[dict], 
             if lo > 0:
                 how = rng.choice(["free_full_segment", "free_full"])
                 seq.append(dict(op="free", row=r, start=0, end=lo, how=how))
-            seq.append(dict(op="free", row=r, start=lo, end=n, how=rng.choice(["free_segment", "free"]), drop=True))
+            seq.append(
+                dict(op="free", row=r, start=lo, end=n, how=rng.choice(["free_segment", "free"]), drop=True)
+            )
             for op in seq:
                 rows.free(op)
                 ops.append(op)

@@ -15,8 +15,8 @@ import numpy as np
 from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
-from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, free_row_ids
 from simulator.radix.legacy import LegacySWARadixTree
+from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, free_row_ids
 from simulator.radix.unified import UnifiedSWARadixTree
 from simulator.request_kv import ReqKV, floor_page
 from simulator.swa_window import free_out_of_window_0523

@@ -389,7 +389,9 @@ class UnifiedSWARadixTree:
             # _insert_overlap_step: free the request's duplicates of tree-held KV
             dup_start = max(0, prev_prefix_len - total)
             if dup_start < consumed_from:
-                self._free_duplicates(total + dup_start, total + consumed_from, swa_evicted_seqlen, values, reason)
+                self._free_duplicates(
+                    total + dup_start, total + consumed_from, swa_evicted_seqlen, values, reason
+                )
             if node_end > inserted_len:  # _finish_insert_walk_node
                 child.hit_count += 1
             node = child

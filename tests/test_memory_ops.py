@@ -1,0 +1,201 @@
+"""Memory operations as records: a recorded cache replay, its op log, replay and stats."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import simulator.cache_replay as cache_replay_mod
+from simulator.cache_replay import CacheReplayConfig, replay_requests
+from simulator.cli.main import app
+from simulator.errors import ConfigError
+from simulator.kv_allocator import SWAKVAllocator
+from simulator.memory_ops import MemoryOp, MemoryOpExecutor, OpKind, check_op_stream
+from simulator.oplog import OpLogError, PoolState, read_op_log, replay_op_log, write_recording
+from simulator.oplog_stats import op_log_stats
+
+
+def _sessions(seed: int, n_sessions: int = 6, turns: int = 4) -> list[tuple[str, list[int], list[int]]]:
+    """Multi-turn sessions over a shared system prompt: prefix hits, growth, evictions."""
+    rng = random.Random(seed)
+    system = [rng.randrange(1, 50_000) for _ in range(40)]
+    history = {s: list(system) for s in range(n_sessions)}
+    reqs = []
+    for t in range(turns):
+        for s in rng.sample(range(n_sessions), n_sessions):
+            prompt = history[s] + [rng.randrange(1, 50_000) for _ in range(rng.randint(5, 60))]
+            out = [rng.randrange(1, 50_000) for _ in range(rng.randint(1, 90))]
+            reqs.append((f"s{s}t{t}", prompt, out))
+            history[s] = prompt + out
+    return reqs
+
+
+class _Spy:
+    """Snapshots the live pools at every step boundary (before the next step's records)."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.states: dict[int, PoolState] = {}
+        self.allocators: list[SWAKVAllocator] = []
+        spy = self
+        orig = MemoryOpExecutor.begin_step
+
+        def begin_step(ex, step, start_s=0.0, duration_s=0.0):
+            spy.snap(ex)
+            orig(ex, step, start_s, duration_s)
+
+        class Alloc(SWAKVAllocator):
+            def __post_init__(self) -> None:
+                super().__post_init__()
+                spy.allocators.append(self)
+
+        self.caches: list = []
+        make_cache = cache_replay_mod.make_cache
+
+        def make(*args):
+            self.caches.append(make_cache(*args))
+            return self.caches[-1]
+
+        monkeypatch.setattr(MemoryOpExecutor, "begin_step", begin_step)
+        monkeypatch.setattr(cache_replay_mod, "SWAKVAllocator", Alloc)
+        monkeypatch.setattr(cache_replay_mod, "make_cache", make)
+
+    def snap(self, ex: MemoryOpExecutor) -> None:
+        if ex.ops and ex.ops[-1].step == ex.step:
+            self.states[ex.step] = PoolState.of(ex.step, ex.pages)
+        a = self.allocators[-1]
+        # the counters and the page ids never disagree
+        assert (a.full_free, a.swa_free) == ex.pages.free_counts()
+
+
+CONFIGS = [
+    CacheReplayConfig(page_size=4, full_tokens=1600, swa_tokens=400, window=32, swa_eviction_interval=16),
+    CacheReplayConfig(page_size=1, full_tokens=900, swa_tokens=260, window=24, swa_eviction_interval=8),
+    CacheReplayConfig(page_size=4, full_tokens=1600, swa_tokens=400, window=32, fast_forward=False),
+]
+
+
+@pytest.mark.parametrize("cfg", CONFIGS, ids=["p4", "p1", "p4-noff"])
+def test_recorded_run_replays_to_the_same_pools(cfg, tmp_path, monkeypatch) -> None:
+    spy = _Spy(monkeypatch)
+    rec_cfg = CacheReplayConfig(**{**vars(cfg), "record_ops": True, "check_invariants": True})
+    reqs = _sessions(1)
+    res = replay_requests(reqs, rec_cfg)
+    ex = res.ops
+    spy.snap(ex)
+    # recording changes nothing the run reports
+    plain = replay_requests(reqs, cfg)
+    assert res.records == plain.records and res.counters == plain.counters
+    kinds = {op.kind for op in ex.ops}
+    assert {OpKind.ALLOC, OpKind.FREE, OpKind.EVICT, OpKind.SWA_WINDOW_FREE, OpKind.GROUP_BEGIN} <= kinds
+    assert OpKind.TOMBSTONE in kinds or OpKind.FREE_FULL in kinds
+    assert res.counters["full_evicted"] > 0 and res.counters["swa_evicted"] > 0
+    assert check_op_stream(ex.ops, ex.pages.full.num_pages, ex.pages.swa.num_pages, cfg.page_size) == []
+
+    # every page in use is a tree node's (all requests finished): FULL by value, SWA by mapping
+    tree = spy.caches[0].tree
+    nodes = list(tree.iter_nodes())
+    held = np.concatenate([x.value for x in nodes])
+    assert len(np.unique(held)) == len(held) == ex.pages.full.num_pages - ex.pages.full.available()
+    assert set(held.tolist()).isdisjoint(ex.pages.full.all_free().tolist())
+    swa_held = np.concatenate([ex.pages.full_to_swa[x.value] for x in nodes if x.swa])
+    assert (swa_held > 0).all() and len(np.unique(swa_held)) == len(swa_held)
+    assert len(swa_held) == ex.pages.swa.num_pages - ex.pages.swa.available()
+    assert all((ex.pages.full_to_swa[x.value] == 0).all() for x in nodes if not x.swa)
+
+    path = write_recording(tmp_path / "run.ops.npz", ex, window=cfg.window, source=dict(kind="cache-replay"))
+    replayed = {s.step: s for s in replay_op_log(path)}
+    assert set(replayed) == set(spy.states)
+    for step, live in spy.states.items():
+        got = replayed[step]
+        assert (got.full_free, got.swa_free) == (live.full_free, live.swa_free), step
+        assert np.array_equal(got.full_free_ids, live.full_free_ids), step
+        assert np.array_equal(got.swa_free_ids, live.swa_free_ids), step
+
+    # ops stats totals are the allocator's own counters
+    a = spy.allocators[0]
+    stats = op_log_stats(read_op_log(path))
+    for key in ("full_pages_allocated", "swa_pages_allocated", "full_pages_freed", "swa_pages_freed"):
+        assert stats[key] == getattr(a.stats, key), key
+    assert stats["final_full_free"] == a.full_free and stats["final_swa_free"] == a.swa_free
+    assert stats["full_pages_by_kind"]["EVICT"] * cfg.page_size == res.counters["full_evicted"]
+    swa_evicted = stats["swa_pages_by_kind"]["EVICT"] + stats["swa_pages_by_kind"].get("TOMBSTONE", 0)
+    assert swa_evicted * cfg.page_size == res.counters["swa_evicted"]
+    out = CliRunner().invoke(app, ["ops", "stats", str(path), "--json"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output) == json.loads(json.dumps(stats))
+
+
+def test_fast_forward_emits_one_record_per_jump(monkeypatch) -> None:
+    reqs = _sessions(2)
+    on = replay_requests(reqs, CacheReplayConfig(**{**vars(CONFIGS[0]), "record_ops": True})).ops
+    off = replay_requests(
+        reqs, CacheReplayConfig(**{**vars(CONFIGS[0]), "record_ops": True, "fast_forward": False})
+    ).ops
+    jumps = [op for op in on.ops if op.page_steps is not None]
+    assert jumps and all(len(op.page_steps) == len(op.full) for op in jumps)
+    assert len(on.ops) < len(off.ops)
+    # the same pages, whether a jump allocated them in bulk or step by step
+    pages_on = np.concatenate([op.full for op in on.ops if op.kind == OpKind.ALLOC])
+    pages_off = np.concatenate([op.full for op in off.ops if op.kind == OpKind.ALLOC])
+    assert np.array_equal(pages_on, pages_off)
+    steps_off = np.concatenate([np.full(len(op.full), op.step) for op in off.ops if op.kind == OpKind.ALLOC])
+    steps_on = np.concatenate(
+        [
+            op.page_steps if op.page_steps is not None else np.full(len(op.full), op.step)
+            for op in on.ops
+            if op.kind == OpKind.ALLOC
+        ]
+    )
+    assert np.array_equal(steps_on, steps_off)
+
+
+def test_check_op_stream_finds_a_double_free() -> None:
+    ex = MemoryOpExecutor.__new__(MemoryOpExecutor)
+    a = SWAKVAllocator(64, 32, 4)
+    ex = a.start_recording()
+    op = a.apply_op(OpKind.ALLOC, "r", count=3)
+    a.apply_op(OpKind.FREE, "r", op.full[:2])
+    ops = list(ex.ops) + [MemoryOp(OpKind.FREE_FULL, 0, "r", op.full[:1])]
+    errors = check_op_stream(ops, 16, 8, 4)
+    assert errors and "not allocated" in errors[0]
+    assert check_op_stream(ex.ops, 16, 8, 4) == []
+
+
+def test_recording_must_start_on_empty_pools_and_not_on_legacy() -> None:
+    a = SWAKVAllocator(64, 32, 4)
+    a.alloc_pages(1)
+    with pytest.raises(ConfigError, match="before the first allocation"):
+        a.start_recording()
+    with pytest.raises(ConfigError, match="unified tree"):
+        replay_requests(
+            _sessions(0, 1, 1),
+            CacheReplayConfig(tombstone="legacy", record_ops=True, swa_eviction="iteration"),
+        )
+
+
+def test_reader_names_file_and_field(tmp_path) -> None:
+    a = SWAKVAllocator(64, 32, 4)
+    ex = a.start_recording()
+    a.apply_op(OpKind.ALLOC, "r", count=2)
+    path = write_recording(tmp_path / "x.npz", ex)
+    assert [p.name for p in tmp_path.iterdir()] == ["x.npz"]  # no temporary left behind
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["full_offsets"] = arrays["full_offsets"][:-1]
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, **arrays)
+    with pytest.raises(OpLogError, match=r"bad\.npz.*'full_offsets'"):
+        read_op_log(bad)
+    header = json.loads(str(arrays["header"]))
+    arrays["header"] = np.array(json.dumps({**header, "version": 99}))
+    np.savez(bad, **arrays)
+    with pytest.raises(OpLogError, match=r"'header\.version'"):
+        read_op_log(bad)
+    with pytest.raises(OpLogError, match="no such file"):
+        read_op_log(tmp_path / "missing.npz")
+    out = CliRunner().invoke(app, ["ops", "stats", str(bad)])
+    assert out.exit_code != 0 and "header.version" in out.output
