@@ -93,6 +93,12 @@ class SWAKVAllocator:
                 self.free_swa_pages(len(op.swa))
         return op
 
+    def record_window_free(self, req, lo: int, hi: int, pre_len: int) -> None:
+        """A request frees the SWA peers of its row tokens ``[lo, hi)`` (page-aligned) behind
+        its window at decode position ``pre_len`` (``free_swa_segment``); recording only."""
+        p = self.page_size
+        self.apply_op(OpKind.SWA_WINDOW_FREE, req.rid, req.kv_pages[lo // p : hi // p])
+
     # -- sizes, as SGLang reports them (tokens) --------------------------------------------
     @property
     def full_capacity(self) -> int:

@@ -1,20 +1,15 @@
 """Freeing a request's out-of-window SWA slots: the two rules SGLang has used.
 
 Both raise the request's SWA cursor (``swa_evicted_seqlen``) to at least its tree-owned prefix,
-then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row.
+then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row. While memory ops
+are recorded (the request has ``kv_pages``) the allocator gets a window-free record instead of
+a count (:meth:`SWAKVAllocator.record_window_free`).
 """
 
 from __future__ import annotations
 
 from simulator.kv_allocator import SWAKVAllocator
-from simulator.memory_ops import OpKind
 from simulator.request_kv import ReqKV, ceil_page
-
-
-def _record_swa_free(req: ReqKV, lo: int, hi: int, page_size: int, allocator: SWAKVAllocator) -> None:
-    """While recording: a window-free record of the row's pages ``[lo, hi)`` (tokens,
-    page-aligned), SGLang's ``free_swa_segment``."""
-    allocator.apply_op(OpKind.SWA_WINDOW_FREE, req.rid, req.kv_pages[lo // page_size : hi // page_size])
 
 
 def free_out_of_window_0523(
@@ -40,7 +35,7 @@ def free_out_of_window_0523(
         if req.kv_pages is None:
             allocator.free_swa_pages((new - evicted) // page_size)
         else:
-            _record_swa_free(req, evicted, new, page_size, allocator)
+            allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0
@@ -64,7 +59,7 @@ def free_out_of_window_legacy(
         if req.kv_pages is None:
             allocator.free_swa_pages((new - evicted) // page_size)
         else:
-            _record_swa_free(req, evicted, new, page_size, allocator)
+            allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0

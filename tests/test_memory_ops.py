@@ -199,3 +199,69 @@ def test_reader_names_file_and_field(tmp_path) -> None:
         read_op_log(tmp_path / "missing.npz")
     out = CliRunner().invoke(app, ["ops", "stats", str(bad)])
     assert out.exit_code != 0 and "header.version" in out.output
+
+
+@pytest.mark.parametrize("policy", ["interval", "window", "iteration"])
+def test_decode_jump_records_equal_step_by_step(policy) -> None:
+    """A jump's bulk records hand out and free exactly the pages of SGLang's per-step loop."""
+    from policies.eviction_order import EVICTION_ORDERS
+    from policies.swa_eviction import SWA_EVICTION, DecodeContext
+    from policies.tombstone import TOMBSTONING
+    from simulator.radix.cache import make_cache
+    from simulator.request_kv import ReqKV
+
+    p, window = 4, 16
+    kwargs = {"interval": 8} if policy != "window" else {}
+    ran = [40, 25, 33]
+
+    def run(jump: bool):
+        a = SWAKVAllocator(4096, 1024, p)
+        cache = make_cache(TOMBSTONING.create("unified"), a, window, EVICTION_ORDERS.create("lru"))
+        ex = cache.start_recording()
+        pol = SWA_EVICTION.create(policy, **kwargs)
+        reqs = []
+        for i, n in enumerate((30, 17, 52)):
+            r = ReqKV(rid=f"r{i}", pages=np.arange(100 * i, 100 * i + 40), prompt_len=n, output_len=100)
+            cache.match(r)
+            cache.lock_prefix(r)
+            cache.alloc_for_extend(r)
+            r.num_outputs = 1
+            reqs.append(r)
+        cache.begin_step(5)
+        if jump:
+            cache.record_decode_jump(reqs, ran, pol, DecodeContext(window, p, a, 5))
+            for r, n in zip(reqs, ran, strict=True):
+                r.kv_allocated_len += n
+                r.decode_batch_idx += n
+                r.num_outputs += n
+        else:
+            for s in range(max(ran)):
+                cache.begin_step(5 + s)
+                batch = [r for r, n in zip(reqs, ran, strict=True) if n > s]
+                for r in batch:
+                    pol.on_decode(r, DecodeContext(window, p, a, 5 + s))
+                cache.alloc_for_decode(batch)
+                for r in batch:
+                    r.num_outputs += 1
+        return ex, reqs
+
+    (bulk, reqs_b), (step, reqs_s) = run(True), run(False)
+    frees_b = [op for op in bulk.ops if op.kind == OpKind.SWA_WINDOW_FREE]
+    frees_s = [op for op in step.ops if op.kind == OpKind.SWA_WINDOW_FREE]
+    assert frees_s and len(frees_b) == len(frees_s)
+    for x, y in zip(frees_b, frees_s, strict=True):
+        assert np.array_equal(x.full, y.full) and np.array_equal(x.swa, y.swa)
+    alloc_b = [op for op in bulk.ops if op.kind == OpKind.ALLOC]
+    alloc_s = [op for op in step.ops if op.kind == OpKind.ALLOC]
+    assert len(alloc_b) < len(alloc_s)
+    for f in ("full", "swa"):
+        assert np.array_equal(
+            np.concatenate([getattr(o, f) for o in alloc_b]), np.concatenate([getattr(o, f) for o in alloc_s])
+        )
+    assert np.array_equal(
+        np.concatenate([o.page_steps for o in alloc_b if o.page_steps is not None]),
+        np.concatenate([np.full(len(o.full), o.step) for o in alloc_s if o.step >= 5]),
+    )
+    assert np.array_equal(bulk.pages.swa.all_free(), step.pages.swa.all_free())
+    for rb, rs in zip(reqs_b, reqs_s, strict=True):
+        assert np.array_equal(rb.kv_pages, rs.kv_pages) and rb.swa_evicted_seqlen == rs.swa_evicted_seqlen

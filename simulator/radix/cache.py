@@ -16,7 +16,7 @@ from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
 from simulator.radix.legacy import LegacySWARadixTree
-from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, free_row_ids
+from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, decode_jump_ids, free_row_ids
 from simulator.radix.unified import UnifiedSWARadixTree
 from simulator.request_kv import ReqKV, floor_page
 from simulator.swa_window import free_out_of_window_0523
@@ -72,6 +72,14 @@ class SWARadixCache(ABC):
         rec = self.allocator.recorder
         if rec is not None:
             rec.begin_step(step, start_s, duration_s)
+
+    def record_decode_jump(self, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> int:
+        """Recording only: the allocations and window frees of a decode jump in which no step
+        can evict (request ``i`` runs ``ran[i]`` steps), as bulk records in SGLang's per-step
+        order (:func:`page_ops.decode_jump_ids`). The SWA-eviction policy runs here (it moves
+        the requests' window cursors); the caller advances the other counters. Returns the
+        SWA pages freed."""
+        return decode_jump_ids(self.allocator, reqs, ran, swa_policy, ctx)
 
     @property
     def recording(self) -> bool:

@@ -40,15 +40,18 @@ def alloc_extend_ids(cache, reqs: list[ReqKV]) -> None:
         r.kv_pages = row
 
 
-def alloc_decode_ids(a: SWAKVAllocator, reqs: list[ReqKV], p: int, steps: list[int]) -> None:
+def alloc_decode_ids(
+    a: SWAKVAllocator, reqs: list[ReqKV], p: int, steps: list[int], step0: list[int] | None = None
+) -> None:
     """Decode allocations of ``steps[i]`` steps of request ``i`` as ONE record: pages in step
     order, then batch order (``alloc_decode``), each tagged with its step when a record spans
-    several steps (a fast-forwarded jump)."""
+    several steps (a fast-forwarded jump). ``step0[i]``: the request's first step's offset
+    from the current step (a jump's later segment)."""
     step_of: list[np.ndarray] = []
     owner: list[np.ndarray] = []
     for i, (r, n) in enumerate(zip(reqs, steps, strict=True)):
         first = (-r.kv_allocated_len) % p  # the first step at which the request opens a page
-        s = np.arange(first, n, p, dtype=np.int64)
+        s = np.arange(first, n, p, dtype=np.int64) + (step0[i] if step0 else 0)
         step_of.append(s)
         owner.append(np.full(len(s), i, dtype=np.int64))
     s = np.concatenate(step_of)
@@ -57,7 +60,7 @@ def alloc_decode_ids(a: SWAKVAllocator, reqs: list[ReqKV], p: int, steps: list[i
     o = np.concatenate(owner)
     order = np.lexsort((o, s))
     s, o = s[order], o[order]
-    multi = max(steps) > 1
+    multi = max(steps) > 1 or bool(step0)
     rec = a.recorder
     op = a.apply_op(
         OpKind.ALLOC,
@@ -84,3 +87,47 @@ def free_row_ids(a: SWAKVAllocator, req: ReqKV, first: int, n: int, dead_first: 
         live = row[first : first + n]
     if len(live):
         a.apply_op(OpKind.FREE, req.rid, live)
+
+
+class _WindowFrees:
+    """Stands in for the allocator while a jump's window frees are collected, in order:
+    ``(step, request index, lo, hi)`` (the step from the decode position it fired at)."""
+
+    def __init__(self, index: dict[int, int], seq0: list[int]) -> None:
+        self.index = index
+        self.seq0 = seq0
+        self.events: list[tuple[int, int, int, int]] = []
+
+    def record_window_free(self, req: ReqKV, lo: int, hi: int, pre_len: int) -> None:
+        i = self.index[id(req)]
+        self.events.append((pre_len + 1 - self.seq0[i], i, lo, hi))
+
+
+def decode_jump_ids(a: SWAKVAllocator, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> int:
+    """A decode jump in which no step can evict (request ``i`` runs ``ran[i]`` steps), as
+    records in SGLang's per-step order but in bulk: for each step at which window frees fire,
+    one allocation record for the pages opened before it (``page_steps`` per page), then
+    the frees; then the rest. Advances no request counter. Returns SWA pages freed."""
+    from policies.swa_eviction import DecodeContext  # policies import the simulator
+
+    p = a.page_size
+    seq0 = [r.prompt_len + r.num_outputs for r in reqs]
+    frees = _WindowFrees({id(r): i for i, r in enumerate(reqs)}, seq0)
+    swa_policy.run_batch(reqs, DecodeContext(ctx.window, p, frees, ctx.forward_iter), ran)
+    events = sorted(frees.events)
+    done = [0] * len(reqs)  # steps whose pages each request already received
+    freed = 0
+    for t in sorted({e[0] for e in events}) + [max(ran, default=0)]:
+        upto = [min(t, n) for n in ran]
+        tmp = [r.kv_allocated_len for r in reqs]
+        for r, d in zip(reqs, done, strict=True):
+            r.kv_allocated_len += d
+        alloc_decode_ids(a, reqs, p, [u - d for u, d in zip(upto, done, strict=True)], step0=done)
+        for r, k in zip(reqs, tmp, strict=True):
+            r.kv_allocated_len = k
+        done = upto
+        for s, i, lo, hi in events:
+            if s == t:
+                a.record_window_free(reqs[i], lo, hi, seq0[i] + s - 1)
+                freed += (hi - lo) // p
+    return freed
