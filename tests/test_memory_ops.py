@@ -201,6 +201,11 @@ def test_reader_names_file_and_field(tmp_path) -> None:
     assert out.exit_code != 0 and "header.version" in out.output
 
 
+class _NoFrees:
+    def free_swa_pages(self, n: int) -> None:
+        pass
+
+
 @pytest.mark.parametrize("policy", ["interval", "window", "iteration"])
 def test_decode_jump_records_equal_step_by_step(policy) -> None:
     """A jump's bulk records hand out and free exactly the pages of SGLang's per-step loop."""
@@ -229,7 +234,13 @@ def test_decode_jump_records_equal_step_by_step(policy) -> None:
             reqs.append(r)
         cache.begin_step(5)
         if jump:
-            cache.record_decode_jump(reqs, ran, pol, DecodeContext(window, p, a, 5))
+            # the same (step, pages) frees as the count path's run_batch (a fresh copy of reqs)
+            twins = [ReqKV(**{**vars(r), "kv_pages": None}) for r in reqs]
+            counted = SWA_EVICTION.create(policy, **kwargs).run_batch(
+                twins, DecodeContext(window, p, _NoFrees(), 5), ran
+            )
+            got = cache.record_decode_jump(reqs, ran, pol, DecodeContext(window, p, a, 5))
+            assert got == [(s, freed // p) for s, freed in counted] and got
             for r, n in zip(reqs, ran, strict=True):
                 r.kv_allocated_len += n
                 r.decode_batch_idx += n

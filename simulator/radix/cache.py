@@ -73,12 +73,12 @@ class SWARadixCache(ABC):
         if rec is not None:
             rec.begin_step(step, start_s, duration_s)
 
-    def record_decode_jump(self, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> int:
+    def record_decode_jump(self, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> list[tuple[int, int]]:
         """Recording only: the allocations and window frees of a decode jump in which no step
         can evict (request ``i`` runs ``ran[i]`` steps), as bulk records in SGLang's per-step
         order (:func:`page_ops.decode_jump_ids`). The SWA-eviction policy runs here (it moves
         the requests' window cursors); the caller advances the other counters. Returns the
-        SWA pages freed."""
+        ``(step, SWA pages)`` window frees (what ``swa_policy.run_batch`` gives the count path)."""
         return decode_jump_ids(self.allocator, reqs, ran, swa_policy, ctx)
 
     @property

@@ -103,20 +103,22 @@ class _WindowFrees:
         self.events.append((pre_len + 1 - self.seq0[i], i, lo, hi))
 
 
-def decode_jump_ids(a: SWAKVAllocator, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> int:
+def decode_jump_ids(
+    a: SWAKVAllocator, reqs: list[ReqKV], ran: list[int], swa_policy, ctx
+) -> list[tuple[int, int]]:
     """A decode jump in which no step can evict (request ``i`` runs ``ran[i]`` steps), as
     records in SGLang's per-step order but in bulk: for each step at which window frees fire,
     one allocation record for the pages opened before it (``page_steps`` per page), then
-    the frees; then the rest. Advances no request counter. Returns SWA pages freed."""
+    the frees; then the rest. Advances no request counter. Returns the ``(step, SWA pages)``
+    window frees, as the count path's ``run_batch`` does."""
     from policies.swa_eviction import DecodeContext  # policies import the simulator
 
     p = a.page_size
     seq0 = [r.prompt_len + r.num_outputs for r in reqs]
     frees = _WindowFrees({id(r): i for i, r in enumerate(reqs)}, seq0)
-    swa_policy.run_batch(reqs, DecodeContext(ctx.window, p, frees, ctx.forward_iter), ran)
+    counted = swa_policy.run_batch(reqs, DecodeContext(ctx.window, p, frees, ctx.forward_iter), ran)
     events = sorted(frees.events)
     done = [0] * len(reqs)  # steps whose pages each request already received
-    freed = 0
     for t in sorted({e[0] for e in events}) + [max(ran, default=0)]:
         upto = [min(t, n) for n in ran]
         tmp = [r.kv_allocated_len for r in reqs]
@@ -129,5 +131,4 @@ def decode_jump_ids(a: SWAKVAllocator, reqs: list[ReqKV], ran: list[int], swa_po
         for s, i, lo, hi in events:
             if s == t:
                 a.record_window_free(reqs[i], lo, hi, seq0[i] + s - 1)
-                freed += (hi - lo) // p
-    return freed
+    return [(s, freed // p) for s, freed in counted]
