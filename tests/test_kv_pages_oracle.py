@@ -189,3 +189,75 @@ def test_page_ids_match_sglang_allocator(page_size: int, need_sort: bool) -> Non
     assert len(theirs) == len(ours)
     for i, (a, b) in enumerate(zip(ours, theirs, strict=True)):
         assert a == b, f"op {i} {ops[i]}: kvplan {a} != sglang {b}"
+
+
+TREE_DRIVER = os.path.join(os.path.dirname(__file__), "oracle_tree_pages_driver.py")
+
+
+@pytest.mark.parametrize("page_size", [1, 4])
+def test_recorded_run_frees_the_pages_sglang_frees(page_size: int, tmp_path, monkeypatch) -> None:
+    """A batch-1 cache replay with page ids against SGLang's ``UnifiedRadixCache`` on its own
+    allocator: the same free page ids (in list order) at every checkpoint of every request."""
+    _skip_unless_oracle()
+    from test_memory_ops import _sessions
+
+    import simulator.cache_replay as cr
+
+    caches = []
+    make_cache = cr.make_cache
+
+    def make(*args):
+        cache = make_cache(*args)
+        plain = cache.sizes
+
+        def sizes() -> dict:
+            out = plain()
+            pages = cache.allocator.recorder.pages
+            out["full_free_ids"] = pages.full.all_free().tolist()
+            out["swa_free_ids"] = pages.swa.all_free().tolist()
+            return out
+
+        cache.sizes = sizes
+        caches.append(cache)
+        return cache
+
+    monkeypatch.setattr(cr, "make_cache", make)
+    full, swa, window = 2000, 800, 32
+    cfg = cr.CacheReplayConfig(
+        page_size=page_size, full_tokens=full, swa_tokens=swa, window=window, record_ops=True
+    )
+    reqs = _sessions(1)
+    ours = cr.replay_requests(reqs, cfg)
+    assert ours.counters["full_evicted"] > 0 and ours.counters["tombstones_healed"] > 0
+    path = tmp_path / "w.jsonl"
+    path.write_text("".join(json.dumps(dict(rid=r, input_ids=i, output_ids=o)) + "\n" for r, i, o in reqs))
+    flags = f"--page-size {page_size} --full-size {full} --swa-size {swa} --window {window}"
+    cmd = [
+        str(oracle_python("0.5.23")),
+        TREE_DRIVER,
+        *flags.split(),
+        "--per-request",
+        "--tree-core",
+        "python",
+    ]
+    env = dict(os.environ, KVPLAN_ORACLE_DIR=str(oracle_dir()))
+    proc = subprocess.run(
+        [*cmd, "--workload", str(path)], capture_output=True, text=True, env=env, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    theirs = json.loads(proc.stdout)["requests"]
+    assert [r["rid"] for r in theirs] == [r["rid"] for r in ours.records]
+    checked = 0
+    for a, b in zip(ours.records, theirs, strict=True):
+        for point in (
+            "after_match",
+            "after_prefill_alloc",
+            "after_prefill_checkpoint",
+            "before_release",
+            "after_release",
+        ):
+            if point in a and point in b:
+                for key in ("full_free_ids", "swa_free_ids"):
+                    assert a[point][key] == b[point][key], (a["rid"], point, key)
+                checked += 1
+    assert checked > 3 * len(reqs)
