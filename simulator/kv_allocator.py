@@ -135,6 +135,8 @@ class SWAKVAllocator:
         free ``swa_freed`` SWA pages by window eviction, interleaved (pages freed late in the
         run may have been allocated early in it), for the simulator's decode fast-forward."""
         assert alloc >= 0 and swa_freed >= 0 and not self._in_group
+        if self.recorder is not None:
+            raise ConfigError("recording memory ops: decode jumps go through cache.record_decode_jump")
         self.full_free -= alloc
         self.swa_free += swa_freed - alloc
         assert 0 <= self.full_free and 0 <= self.swa_free <= self.swa_pages, (self.full_free, self.swa_free)
