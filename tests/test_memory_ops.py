@@ -276,3 +276,41 @@ def test_decode_jump_records_equal_step_by_step(policy) -> None:
     assert np.array_equal(bulk.pages.swa.all_free(), step.pages.swa.all_free())
     for rb, rs in zip(reqs_b, reqs_s, strict=True):
         assert np.array_equal(rb.kv_pages, rs.kv_pages) and rb.swa_evicted_seqlen == rs.swa_evicted_seqlen
+
+
+def test_heal_of_a_locked_tombstone_remaps_swa() -> None:
+    """RecoverSWAWithLockedFull: B heals a tombstone whose FULL A holds locked; the node keeps
+    A's FULL pages, takes B's SWA pages (REMAP_SWA) and B's duplicate FULL pages are freed."""
+    from policies.eviction_order import EVICTION_ORDERS
+    from policies.tombstone import TOMBSTONING
+    from simulator.radix.cache import make_cache
+    from simulator.request_kv import ReqKV
+
+    p = 4
+    a = SWAKVAllocator(4096, 1024, p)
+    cache = make_cache(TOMBSTONING.create("unified"), a, 8, EVICTION_ORDERS.create("lru"))
+    ex = cache.start_recording()
+    req_a = ReqKV(rid="A", pages=np.arange(10), prompt_len=40, output_len=10)
+    req_b = ReqKV(
+        rid="B", pages=np.array([0, 1, 2, 3, 4, 5, 6, 100, 101, 102, 103]), prompt_len=44, output_len=10
+    )
+    for r in (req_a, req_b):
+        cache.match(r)
+        cache.lock_prefix(r)
+        cache.alloc_for_extend(r)
+        cache.checkpoint(r, r.prompt_len, finished=False)
+    remaps = [op for op in ex.ops if op.kind == OpKind.REMAP_SWA]
+    assert len(remaps) == 1 and remaps[0].reason == "B"
+    # the healed span [16, 28): A's FULL pages, now mapped to B's SWA pages
+    healed = [x for x in cache.tree.iter_nodes() if x.swa and np.array_equal(x.value, req_a.kv_pages[4:7])]
+    assert healed and (ex.pages.full_to_swa[healed[0].value] > 0).all()
+    for r in (req_a, req_b):
+        a.free_group_begin()
+        cache.release(r)
+        a.free_group_end()
+    assert check_op_stream(ex.ops, a.full_pages, a.swa_pages, p) == []
+    nodes = list(cache.tree.iter_nodes())
+    held = np.concatenate([x.value for x in nodes])
+    assert len(np.unique(held)) == len(held) == a.full_pages - a.full_free
+    swa_held = np.concatenate([ex.pages.full_to_swa[x.value] for x in nodes if x.swa])
+    assert len(np.unique(swa_held)) == len(swa_held) == a.swa_pages - a.swa_free
