@@ -43,6 +43,8 @@ class CacheReplayConfig:
     checkpoint_sizes_in_free_group: bool | None = None
     # Jump over decode steps in which nothing but a counter or a page allocation happens.
     fast_forward: bool = True
+    # Record every memory operation with real page ids (ReplayResult.ops; simulator/memory_ops.py).
+    record_ops: bool = False
 
     def __post_init__(self) -> None:
         if self.window <= 0:
@@ -73,6 +75,7 @@ class ReplayResult:
     evictions: dict
     final_sizes: dict
     summary: dict = field(default_factory=dict)
+    ops: object = None  # the MemoryOpExecutor when cfg.record_ops
 
 
 def _row_hash(rows: np.ndarray) -> np.ndarray:
@@ -126,7 +129,7 @@ def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> Repla
     """Serve ``workload`` in order; return per-request records and the end state."""
     run = _ReplayRun(cfg)
     records = [run.serve(w) for w in workload]
-    return _result(records, run.cache, cfg)
+    return _result(records, run, cfg)
 
 
 class _ReplayRun:
@@ -143,6 +146,12 @@ class _ReplayRun:
         in_group = cfg.checkpoint_sizes_in_free_group
         self.sizes_in_free_group = tomb.generation == "unified" if in_group is None else in_group
         self.forward_iter = 0
+        self.ops = self.cache.start_recording() if cfg.record_ops else None
+
+    def _begin_step(self) -> None:
+        """Tag the memory operations that follow with the forward iteration (when recording)."""
+        if self.ops is not None:
+            self.cache.begin_step(self.forward_iter)
 
     def _check(self, running: tuple[ReqKV, ...]) -> None:
         if self.cfg.check_invariants:
@@ -162,6 +171,7 @@ class _ReplayRun:
         rec["after_match"] = cache.sizes()
         cache.lock_prefix(req)
         self._check(())
+        self._begin_step()
         try:
             cache.alloc_for_extend(req)
         except OutOfMemory as exc:
@@ -214,11 +224,13 @@ class _ReplayRun:
                 cache.quiet_decode_steps(req),
             )
             if k > 0:
+                self._begin_step()
                 cache.fast_forward_decode(req, k)
                 self.forward_iter += k
                 req.num_outputs += k
                 self._check((req,))
                 return
+        self._begin_step()
         if cache.decode_memory_check:
             cache.check_decode_mem(req)
         self.swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, self.forward_iter))
@@ -233,8 +245,9 @@ class _ReplayRun:
         self._check((req,) if req.holds_kv else ())
 
 
-def _result(records: list[dict], cache, cfg: CacheReplayConfig) -> ReplayResult:
+def _result(records: list[dict], run: _ReplayRun, cfg: CacheReplayConfig) -> ReplayResult:
     """The records with the tree's end state and a summary."""
+    cache = run.cache
     served = [r for r in records if not r.get("aborted")]
     prompt_total = sum(r["prompt_len"] for r in served)
     hit_total = sum(r["prefix_len"] for r in served)
@@ -252,7 +265,9 @@ def _result(records: list[dict], cache, cfg: CacheReplayConfig) -> ReplayResult:
         final_sizes=cache.sizes(),
         config=dict(vars(cfg)) if hasattr(cfg, "__dict__") else {},
     )
-    return ReplayResult(records, stats, counters, dict(vars(cache.evictions)), cache.sizes(), summary)
+    return ReplayResult(
+        records, stats, counters, dict(vars(cache.evictions)), cache.sizes(), summary, run.ops
+    )
 
 
 def replay_requests(

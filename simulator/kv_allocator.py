@@ -6,13 +6,23 @@ how many pages are free in each, never on which physical slot a token landed in,
 counters of free pages instead of slot tensors. Page 0 of each pool is SGLang's padding sink and
 is never handed out, so a pool of ``size`` tokens has ``size // page_size`` usable pages
 (``PagedTokenToKVPoolAllocator``: free pages ``1..num_pages``).
+
+When recording (:meth:`SWAKVAllocator.start_recording`) the allocator also keeps real page
+ids (:mod:`simulator.kv_pages`, SGLang's free-list order) and the decision sites hand it
+records (:meth:`SWAKVAllocator.apply_op`) instead of counts; the counters move the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from simulator.errors import ConfigError
+from simulator.kv_pages import SWAPageState
+from simulator.memory_ops import FREES_FULL, FREES_SWA, MemoryOp, MemoryOpExecutor, OpKind
+
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -53,6 +63,41 @@ class SWAKVAllocator:
         self._in_group = False
         self._pending_full = 0
         self._pending_swa = 0
+        # page ids and the record stream, only while recording (None: counts only)
+        self.recorder: MemoryOpExecutor | None = None
+
+    # -- recording ---------------------------------------------------------------------------
+    def start_recording(self, need_sort: bool = False) -> MemoryOpExecutor:
+        """Keep real page ids from here on and record every memory operation.
+
+        Must start on empty pools: page ids cannot be invented for KV that is already held.
+        ``need_sort`` is SGLang's (true under PD disaggregation).
+        """
+        if self.full_free != self.full_pages or self.swa_free != self.swa_pages or self._in_group:
+            raise ConfigError("recording must start before the first allocation")
+        pages = SWAPageState(self.full_pages, self.swa_pages, self.page_size, need_sort)
+        self.recorder = MemoryOpExecutor(pages)
+        return self.recorder
+
+    def apply_op(self, kind: OpKind, reason: str, full: np.ndarray | None = None, **fields) -> MemoryOp:
+        """Apply one decision through the executor and move the counters as the count API
+        would; returns the applied record (page ids resolved)."""
+        rec = self.recorder
+        op = rec.apply(MemoryOp(kind, rec.step, reason, _EMPTY if full is None else full, **fields))
+        if kind == OpKind.ALLOC:
+            self.alloc_pages(len(op.full))
+        else:
+            if kind in FREES_FULL:
+                self.free_full_pages(len(op.full))
+            if kind in FREES_SWA:
+                self.free_swa_pages(len(op.swa))
+        return op
+
+    def record_window_free(self, req, lo: int, hi: int, pre_len: int) -> None:
+        """A request frees the SWA peers of its row tokens ``[lo, hi)`` (page-aligned) behind
+        its window at decode position ``pre_len`` (``free_swa_segment``); recording only."""
+        p = self.page_size
+        self.apply_op(OpKind.SWA_WINDOW_FREE, req.rid, req.kv_pages[lo // p : hi // p])
 
     # -- sizes, as SGLang reports them (tokens) --------------------------------------------
     @property
@@ -90,6 +135,8 @@ class SWAKVAllocator:
         free ``swa_freed`` SWA pages by window eviction, interleaved (pages freed late in the
         run may have been allocated early in it), for the simulator's decode fast-forward."""
         assert alloc >= 0 and swa_freed >= 0 and not self._in_group
+        if self.recorder is not None:
+            raise ConfigError("recording memory ops: decode jumps go through cache.record_decode_jump")
         self.full_free -= alloc
         self.swa_free += swa_freed - alloc
         assert 0 <= self.full_free and 0 <= self.swa_free <= self.swa_pages, (self.full_free, self.swa_free)
@@ -120,12 +167,16 @@ class SWAKVAllocator:
     def free_group_begin(self) -> None:
         """The scheduler groups the frees of one batch's result processing."""
         assert not self._in_group, "nested free group"
+        if self.recorder is not None:
+            self.apply_op(OpKind.GROUP_BEGIN, "")
         self._in_group = True
 
     def free_group_end(self) -> None:
         self._in_group = False
         full, swa = self._pending_full, self._pending_swa
         self._pending_full = self._pending_swa = 0
+        if self.recorder is not None:
+            self.apply_op(OpKind.GROUP_END, "")
         self.free_full_pages(full)
         self.free_swa_pages(swa)
         self.stats.full_pages_freed -= full  # counted when issued

@@ -31,6 +31,8 @@ class ReqKV:
     ``[cache_protected_len, kv_allocated_len)`` in both pools, minus the SWA slots of
     ``[swa_dead_lo, swa_evicted_seqlen)`` it already freed by window eviction.
     ``pages`` are the page ids of the request's whole token sequence (prompt ++ output).
+    ``kv_pages`` (only while recording memory ops) are the FULL page ids its row points at,
+    one per page of ``[0, kv_allocated_len)`` (SGLang's ``req_to_token`` row, in pages).
     """
 
     rid: str
@@ -53,6 +55,7 @@ class ReqKV:
     last_node: object = None
     lock: LockReceipt | None = None
     holds_kv: bool = False
+    kv_pages: np.ndarray | None = None
 
     @property
     def seqlen(self) -> int:

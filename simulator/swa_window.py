@@ -1,7 +1,9 @@
 """Freeing a request's out-of-window SWA slots: the two rules SGLang has used.
 
 Both raise the request's SWA cursor (``swa_evicted_seqlen``) to at least its tree-owned prefix,
-then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row.
+then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row. While memory ops
+are recorded (the request has ``kv_pages``) the allocator gets a window-free record instead of
+a count (:meth:`SWAKVAllocator.record_window_free`).
 """
 
 from __future__ import annotations
@@ -30,7 +32,10 @@ def free_out_of_window_0523(
     threshold = pre_len - ceil_page(max(window, page_size), page_size)
     new = max(evicted, threshold) // page_size * page_size
     if new > evicted:
-        allocator.free_swa_pages((new - evicted) // page_size)
+        if req.kv_pages is None:
+            allocator.free_swa_pages((new - evicted) // page_size)
+        else:
+            allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0
@@ -51,7 +56,10 @@ def free_out_of_window_legacy(
     evicted = req.swa_evicted_seqlen
     new = max(evicted, pre_len - margin) // page_size * page_size
     if new > evicted:
-        allocator.free_swa_pages((new - evicted) // page_size)
+        if req.kv_pages is None:
+            allocator.free_swa_pages((new - evicted) // page_size)
+        else:
+            allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new
         return new - evicted
     return 0

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 
-from simulator.cli import bench_multiturn_cmd, cache_replay_cmd, demo_cmd, pools_cmd, run_cmd, trace_cmd
+from simulator.cli import (
+    bench_multiturn_cmd,
+    cache_replay_cmd,
+    demo_cmd,
+    ops_cmd,
+    pools_cmd,
+    run_cmd,
+    trace_cmd,
+)
 
 app = typer.Typer(
     name="kvplan",
@@ -14,6 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(trace_cmd.app, name="trace")
+app.add_typer(ops_cmd.app, name="ops")
 app.command("pools")(pools_cmd.pools)
 app.command("cache-replay")(cache_replay_cmd.cache_replay)
 app.command("demo")(demo_cmd.demo)

@@ -10,10 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
+
 from policies.swa_eviction import DecodeContext
-from simulator.errors import KvplanError
+from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
+from simulator.memory_ops import MemoryOpExecutor
 from simulator.radix.legacy import LegacySWARadixTree
+from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, decode_jump_ids, free_row_ids
 from simulator.radix.unified import UnifiedSWARadixTree
 from simulator.request_kv import ReqKV, floor_page
 from simulator.swa_window import free_out_of_window_0523
@@ -61,6 +65,30 @@ class SWACacheController(ABC):
         self.page_size = allocator.page_size
         self.window = window
         self.evictions = EvictionLog()
+
+    # ------------------------------------------------------------ recording
+    def start_recording(self, need_sort: bool = False) -> MemoryOpExecutor:
+        """Record every memory operation with real page ids from now on (empty pools only)."""
+        return self.allocator.start_recording(need_sort)
+
+    def begin_step(self, step: int, start_s: float = 0.0, duration_s: float = 0.0) -> None:
+        """The engine announces scheduler step ``step`` (its simulated start and duration):
+        records emitted from here on carry it. A no-op unless recording."""
+        rec = self.allocator.recorder
+        if rec is not None:
+            rec.begin_step(step, start_s, duration_s)
+
+    def record_decode_jump(self, reqs: list[ReqKV], ran: list[int], swa_policy, ctx) -> list[tuple[int, int]]:
+        """Recording only: the allocations and window frees of a decode jump in which no step
+        can evict (request ``i`` runs ``ran[i]`` steps), as bulk records in SGLang's per-step
+        order (:func:`page_ops.decode_jump_ids`). The SWA-eviction policy runs here (it moves
+        the requests' window cursors); the caller advances the other counters. Returns the
+        ``(step, SWA pages)`` window frees (what ``swa_policy.run_batch`` gives the count path)."""
+        return decode_jump_ids(self.allocator, reqs, ran, swa_policy, ctx)
+
+    @property
+    def recording(self) -> bool:
+        return self.allocator.recorder is not None
 
     # ------------------------------------------------------------ sizes
     def sizes(self) -> dict[str, int]:
@@ -129,7 +157,10 @@ class SWACacheController(ABC):
                 f"available full={self.allocator.full_available_size()} "
                 f"swa={self.allocator.swa_available_size()}"
             )
-        self.allocator.alloc_pages(pages)
+        if self.allocator.recorder is None:
+            self.allocator.alloc_pages(pages)
+        else:
+            alloc_extend_ids(self, reqs)
         for r in reqs:
             if not r.holds_kv:
                 r.cache_protected_len = r.prefix_len
@@ -166,7 +197,10 @@ class SWACacheController(ABC):
                 f"available full={self.allocator.full_available_size()} "
                 f"swa={self.allocator.swa_available_size()}"
             )
-        self.allocator.alloc_pages(pages)
+        if self.allocator.recorder is None:
+            self.allocator.alloc_pages(pages)
+        else:
+            alloc_decode_ids(self.allocator, reqs, p, [1] * len(reqs))
         for r in reqs:
             r.kv_allocated_len += 1
             r.decode_batch_idx += 1
@@ -187,7 +221,10 @@ class SWACacheController(ABC):
         p = self.page_size
         a = req.kv_allocated_len
         pages = -(-(a + steps) // p) - (-(-a // p))
-        self.allocator.alloc_pages(pages)
+        if self.allocator.recorder is None:
+            self.allocator.alloc_pages(pages)
+        else:
+            alloc_decode_ids(self.allocator, [req], p, [steps])
         req.kv_allocated_len = a + steps
         req.decode_batch_idx += steps
 
@@ -202,6 +239,9 @@ class SWACacheController(ABC):
         lo = min(max(dead_lo, start), end)
         hi = min(max(dead_hi, start), end)
         dead_pages = (hi - lo) // p if hi > lo else 0
+        if self.allocator.recorder is not None:
+            free_row_ids(self.allocator, req, start // p, pages, lo // p, dead_pages)
+            return
         self.allocator.free_full_pages(pages)
         self.allocator.free_swa_pages(pages - dead_pages)
 
@@ -355,13 +395,18 @@ class UnifiedSWACache(SWACacheController):
         if effective <= 0:
             return
         aligned = floor_page(effective, p)
+        rows = req.kv_pages
         _, target = self.tree.insert(
             req.pages[: aligned // p],
             req.cache_protected_len,
             req.cache_inserted_len,
             req.swa_evicted_seqlen,
             protected_node=req.last_node if req.lock is not None else None,
+            values=None if rows is None else rows[: aligned // p],
+            reason=req.rid,
         )
+        if rows is not None:  # the row now points at the tree's pages (req_to_token rewrite)
+            req.kv_pages = np.concatenate([self.tree.path_values(target), rows[aligned // p :]])
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         self.tree.unlock(req.lock)
         req.lock = self.tree.lock(target) if relock else None
@@ -398,6 +443,10 @@ class LegacySWACache(SWACacheController):
 
     def _evict(self, full_shortfall: int, swa_shortfall: int):
         return self.tree.evict(full_shortfall, swa_shortfall)
+
+    def start_recording(self, need_sort: bool = False) -> MemoryOpExecutor:
+        """Page ids follow SGLang 0.5.23's allocator and tree; the legacy tree keeps counts."""
+        raise ConfigError("recording memory ops needs the unified tree (--tombstone unified)")
 
     def checkpoint(self, req: ReqKV, up_to: int, finished: bool = False) -> None:
         """``SWARadixCache.cache_unfinished_req``: insert without a cursor, re-match, re-lock."""

@@ -34,6 +34,7 @@ class TreeNode:
         "full_next",
         "in_swa_lru",
         "in_full_lru",
+        "value",
     )
 
     def __init__(self, node_id: int, key: np.ndarray, length: int, priority: int = 0) -> None:
@@ -56,6 +57,9 @@ class TreeNode:
         self.full_next: TreeNode | None = None
         self.in_swa_lru = False
         self.in_full_lru = False
+        # FULL page ids of the node's KV (SGLang's node value), only while recording memory
+        # ops; its SWA peers are the allocator's full-to-SWA mapping (0 for a tombstone)
+        self.value: np.ndarray | None = None
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.kv_allocator import SWAKVAllocator
+from simulator.memory_ops import EVICTION, OpKind
 from simulator.radix.node import (
     LRUList,
     TreeNode,
@@ -23,6 +24,7 @@ from simulator.radix.node import (
     match_pages,
     subtree_stats,
 )
+from simulator.radix.unified_insert import UnifiedInsert
 from simulator.request_kv import LockReceipt
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -62,8 +64,9 @@ class TreeCounters:
     splits: int = 0
 
 
-class UnifiedSWARadixTree:
-    """The FULL+SWA tree of ``unified_cache/unified_tree_core.py`` plus its two components."""
+class UnifiedSWARadixTree(UnifiedInsert):
+    """The FULL+SWA tree of ``unified_cache/unified_tree_core.py`` plus its two components
+    (insertion in :class:`~simulator.radix.unified_insert.UnifiedInsert`)."""
 
     generation = "unified"
 
@@ -193,6 +196,9 @@ class UnifiedSWARadixTree:
         child.parent = new
         child.key = child.key[pages:]
         child.length -= new.length
+        if child.value is not None:
+            new.value = child.value[:pages]
+            child.value = child.value[pages:]
         new.parent.children[new.key.item(0)] = new
         if new.swa:
             # the inherited prefix sits just behind its child in the SWA LRU
@@ -327,147 +333,18 @@ class UnifiedSWARadixTree:
         self.full_protected -= freed
         self._update_leaf(node)
 
-    # ------------------------------------------------------------------ insert
-    def insert(
-        self,
-        key: np.ndarray,
-        prev_prefix_len: int,
-        inserted_len: int,
-        swa_evicted_seqlen: int,
-        priority: int = 0,
-        protected_node: TreeNode | None = None,
-    ) -> tuple[int, TreeNode]:
-        """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` for a page-aligned key.
-
-        The request's row positions ``[prev_prefix_len, len)`` are its private slots: each is
-        adopted by a new leaf, adopted to heal an SWA tombstone, or freed as a duplicate.
-        Returns (length already in the tree before this insert, node the key ends on).
-
-        ``protected_node`` (optional) is the node the request holds locked, whose path is exactly
-        its first ``prev_prefix_len`` tokens of ``key``: those nodes are then touched without
-        comparing keys (nothing else happens to them in SGLang's walk), which only saves time.
-        """
-        self.counters.insert_calls += 1
-        p = self.page_size
-        alloc = self.allocator
-        cursor = swa_evicted_seqlen
-        self.root.last_access_time = self._tick()  # _touch_node(root)
-        self.root.priority = max(self.root.priority, priority)
-        n = len(key)
-        if n == 0:
-            return 0, self.root
-        node = self.root
-        total = 0
-        off = 0
-        if protected_node is not None and protected_node is not self.root and prev_prefix_len <= n * p:
-            path = []
-            x = protected_node
-            while x is not self.root:
-                path.append(x)
-                x = x.parent
-            t = self._time
-            for x in reversed(path):  # the walk over the protected prefix: touch, priority, hits
-                x.last_access_time = t  # one tick per node
-                t += 1.0
-                if x.priority < priority:
-                    x.priority = priority
-                total += x.length
-                if total > inserted_len:
-                    x.hit_count += 1
-            self._time = t
-            assert total == prev_prefix_len, (total, prev_prefix_len)
-            node = protected_node
-            off = total // p
-        while off < n:
-            child = node.children.get(key.item(off))
-            if child is None:
-                break
-            child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
-            m = match_pages(child.key, key, off)
-            if m < len(child.key):
-                child = self._split(child, m)
-            child.priority = max(child.priority, priority)
-            node_len = m * p
-            node_end = total + node_len
-            consumed_from = node_len
-            # SWAComponent.update_component_on_insert_overlap: heal a tombstone in-window
-            if prev_prefix_len < node_end and not child.swa:
-                live_start = max(total, cursor)
-                if live_start < node_end:
-                    if live_start > total:
-                        self._split(child, (live_start - total) // p)
-                    healed = node_end - live_start
-                    # _recover_from_incoming: either the node's old FULL slots or (if its
-                    # FULL is locked, RecoverSWAWithLockedFull) the request's incoming FULL
-                    # slots are freed full-only; the request's SWA pages move to the node.
-                    alloc.free_full_pages(healed // p)
-                    self._set_swa(child)
-                    self.counters.tombstones_healed += 1
-                    self.counters.tombstone_tokens_healed += healed
-                    consumed_from = live_start - total
-            # _insert_overlap_step: free the request's duplicates of tree-held KV
-            dup_start = max(0, prev_prefix_len - total)
-            if dup_start < consumed_from:
-                abs_start = total + dup_start
-                dup = consumed_from - dup_start
-                swa_dead = min(max(cursor - abs_start, 0), dup)
-                alloc.free_full_pages(dup // p)
-                alloc.free_swa_pages((dup - swa_dead) // p)
-            if node_end > inserted_len:  # _finish_insert_walk_node
-                child.hit_count += 1
-            node = child
-            total = node_end
-            off += m
-        prefix_len = total
-        if off < n:  # _insert_commit_step
-            rem = key[off:]
-            length = len(rem) * p
-            leaf = self._new_node(rem, length, priority)
-            leaf.parent = node
-            node.children[rem.item(0)] = leaf
-            self.full_evictable += length
-            self._update_leaf(leaf)
-            self._update_leaf(node)
-            # SWAComponent.commit_insert_component_data -> _populate_range
-            end = total + length
-            live_start = max(total, cursor)
-            if live_start < end:
-                if live_start > total:
-                    self._split(leaf, (live_start - total) // p)
-                    self.counters.tombstones_created += 1
-                upper = self._split_leaf_for_swa_lock(leaf)
-                if upper is not None:
-                    self._set_swa(upper)
-                self._set_swa(leaf)
-            else:
-                self.counters.tombstones_created += 1
-            if total + leaf.length > inserted_len:  # _should_backup_after_insert
-                leaf.hit_count += 1
-            target = leaf
-        else:
-            target = node
-        if target is not self.root:  # _insert_tail_step: SWA INSERT_END refresh
-            self._refresh_swa_window(target)
-        return prefix_len, target
-
-    def _split_leaf_for_swa_lock(self, leaf: TreeNode) -> TreeNode | None:
-        """``SWAComponent._maybe_split_leaf_for_swa_lock``: cap a fresh leaf at ceil_page(W)."""
-        if leaf is self.root or leaf.swa_lock > 0:
-            return None
-        p = self.page_size
-        tail = -(-self.window // p) * p
-        if leaf.length <= tail:
-            return None
-        return self._split(leaf, (leaf.length - tail) // p)
-
     # ------------------------------------------------------------------ eviction
     def _delete_leaf(self, node: TreeNode, result: EvictResult) -> None:
         """``_delete_unbacked_device_leaf``: free FULL and SWA, unlink, refresh the parent."""
-        self.allocator.free_full_pages(node.length // self.page_size)
+        if node.value is not None:
+            self.allocator.apply_op(OpKind.EVICT, EVICTION, node.value)
+        else:
+            self.allocator.free_full_pages(node.length // self.page_size)
         self.full_evictable -= node.length
         result.full_evicted += node.length
         if node.swa:
-            self.allocator.free_swa_pages(node.length // self.page_size)
+            if node.value is None:
+                self.allocator.free_swa_pages(node.length // self.page_size)
             self.swa_evictable -= node.length
             result.swa_evicted += node.length
             node.swa = False
@@ -482,7 +359,10 @@ class UnifiedSWARadixTree:
 
     def _tombstone(self, node: TreeNode, result: EvictResult) -> None:
         """SWA-evict an internal (or FULL-locked) node: free its SWA only."""
-        self.allocator.free_swa_pages(node.length // self.page_size)
+        if node.value is not None:
+            self.allocator.apply_op(OpKind.TOMBSTONE, EVICTION, node.value)
+        else:
+            self.allocator.free_swa_pages(node.length // self.page_size)
         self.swa_evictable -= node.length
         result.swa_evicted += node.length
         node.swa = False
