@@ -6,10 +6,12 @@ layer set, either direction) that the benchmark times.
 
 Implementations per backend:
 - kernel: "reference" (torch gather -> staging -> scatter), "triton" (zero-copy SM kernel),
-  "triton_tma" (host side by TMA tensor copies; Hopper, page-aligned lists);
+  "triton_tma" (host side by TMA tensor copies; Hopper, page-aligned lists), "cuda" (nvcc-built
+  16-byte row copy), "cuda_bulk" (nvcc-built bulk-async page copies through a shared-memory ring);
 - direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
   "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each),
-  "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool);
+  "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool),
+  "cxx_loop" / "cxx_batch" / "cxx_pitched" (the same copies planned and issued in C++);
 - hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
   beside the Triton kernel for the rest; indices on the CPU.
 """
@@ -27,8 +29,8 @@ from gpu_replay.transfer_ref import transfer_direct_ref, transfer_kernel_ref
 __all__ = ["IMPLS", "KVTransfer"]
 
 IMPLS = {
-    "kernel": ("reference", "triton", "triton_tma"),
-    "direct": ("reference", "batch", "loop", "pitched"),
+    "kernel": ("reference", "triton", "triton_tma", "cuda", "cuda_bulk"),
+    "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched"),
     "hybrid": ("pitched", "batch"),
 }
 
@@ -61,6 +63,17 @@ class KVTransfer:
             from gpu_replay.transfer_tma import TmaTransfer
 
             return TmaTransfer(host, dev, options.get("config"))
+        if self.impl in ("cuda", "cuda_bulk"):
+            from gpu_replay.transfer_cuda import CudaBulkTransfer, CudaRowsTransfer
+
+            cls = CudaRowsTransfer if self.impl == "cuda" else CudaBulkTransfer
+            return cls(host, dev, options.get("config"))
+        if self.impl.startswith("cxx_"):
+            from gpu_replay.transfer_cuda import CxxCopyTransfer
+
+            return CxxCopyTransfer(
+                host, dev, mode=self.impl.removeprefix("cxx_"), merge=options.get("merge", True)
+            )
         if self.io_backend == "hybrid":
             from gpu_replay.transfer_hybrid import HybridTransfer
 

@@ -41,7 +41,17 @@ COMBOS = [
     ("page_first_direct", "direct", "pitched"),
     ("layer_first", "hybrid", "pitched"),
     ("page_first_direct", "hybrid", "batch"),
+    ("layer_first", "kernel", "cuda"),
+    ("page_first", "kernel", "cuda"),
+    ("layer_first", "kernel", "cuda_bulk"),
+    ("layer_first", "direct", "cxx_loop"),
+    ("page_first_direct", "direct", "cxx_loop"),
+    ("layer_first", "direct", "cxx_batch"),
+    ("page_first_direct", "direct", "cxx_batch"),
+    ("layer_first", "direct", "cxx_pitched"),
+    ("page_first_direct", "direct", "cxx_pitched"),
 ]
+NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched")
 
 
 def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
@@ -87,6 +97,11 @@ def _token_slots(pages: torch.Tensor, page: int) -> torch.Tensor:
 
 
 def _skip_unavailable(impl: str, device: str, backend: str = "") -> None:
+    if impl in NVCC_IMPLS:
+        from gpu_replay.transfer_cuda import cuda_ext_available
+
+        if device == "cpu" or not cuda_ext_available():
+            pytest.skip("the nvcc-built transfers need CUDA and nvcc")
     if backend == "hybrid":
         impl = "triton"
     if impl == "triton_tma" and device == "cpu":
@@ -97,12 +112,21 @@ def _skip_unavailable(impl: str, device: str, backend: str = "") -> None:
         pytest.skip("Triton on CPU needs TRITON_INTERPRET=1")
 
 
-def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
+def _small_cuda_config(impl: str):
+    """Few blocks and a short unroll, so that warps loop and chunks end part-way."""
+    from gpu_replay.transfer_cuda import CudaConfig
+
+    return (
+        CudaConfig(grid=3, block=64, unroll=4, stages=2) if impl == "cuda" else CudaConfig(grid=3, stages=2)
+    )
+
+
+def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, config=None):
     _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
     host = build_host_pool(geo, layout, pin=device != "cpu")
-    dev = build_device_pool(geo, device, stacked=impl == "pitched")
+    dev = build_device_pool(geo, device, stacked=impl in ("pitched", "cxx_pitched"))
     try:
         for t in (host.k, host.v, *dev.k, *dev.v):
             _randomize(t, gen)
@@ -120,6 +144,8 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None):
             _bits(t).fill_(POISON)
         uses_triton = impl.startswith("triton") or backend == "hybrid"
         kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
+        if impl in ("cuda", "cuda_bulk"):
+            kwargs = {"config": config or _small_cuda_config(impl)}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
         idx_dev = dev.k[0].device if backend == "kernel" else "cpu"
         mover.transfer(hi.to(idx_dev), di.to(idx_dev), layers, direction)
@@ -215,3 +241,49 @@ def test_gpt_oss_tp2_pools_match_sglang_geometry():
 @pytest.mark.parametrize("scope", ["one", "all"])
 def test_transfer_cuda(layout, backend, impl, direction, scope):
     _run_case(layout, backend, impl, direction, scope, "cuda", seed=11)
+
+
+def test_bulk_copy_refuses_strided_pages():
+    """page_first keeps a page's rows one layer-set apart: no contiguous run for a bulk copy."""
+    geo = _geo()
+    with pytest.raises(ValueError, match="not contiguous"):
+        KVTransfer(
+            build_host_pool(geo, "page_first", pin=False),
+            build_device_pool(geo, "cpu"),
+            "kernel",
+            "cuda_bulk",
+        )
+
+
+def test_cuda_library_compiles(tmp_path):
+    """The nvcc-built library compiles wherever nvcc is (no GPU needed)."""
+    from gpu_replay.cuda_build import build, nvcc_path
+
+    if nvcc_path() is None:
+        pytest.skip("nvcc not found")
+    assert build(tmp_path).stat().st_size > 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize(
+    "layout,backend,impl",
+    [c for c in COMBOS if c[2] in NVCC_IMPLS],
+)
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_nvcc_transfers_real_rows(layout, backend, impl, direction):
+    """gpt-oss-120b TP 2 rows (4 heads x 64, page 64) with the default launch shapes."""
+    from gpu_replay.transfer_cuda import CudaConfig
+
+    geo = PoolGeometry(
+        name="full",
+        layer_ids=(0, 2, 4),
+        head_num=4,
+        head_dim=64,
+        v_head_dim=64,
+        dtype_bytes=2,
+        page_size=64,
+        device_tokens=24 * 64,
+        host_tokens=40 * 64,
+    )
+    _run_case(layout, backend, impl, direction, "all", "cuda", seed=5, geo=geo, config=CudaConfig())

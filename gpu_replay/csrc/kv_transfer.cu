@@ -1,0 +1,324 @@
+// KV page movers between pinned host pools and device pools (issue 13), built with nvcc on the
+// GPU machine and called through ctypes (gpu_replay/cuda_build.py); no torch headers, so the
+// library builds in seconds and works with whichever torch the machine has.
+//
+// 1. kvt_rows: SM copy of token rows by index lists (what SGLang's "kernel" io backend does in
+//    sglang/kernels/ops/kvcache/hicache.py): one warp per chunk of G tokens of one (component,
+//    layer) slot, 16-byte accesses, every lane issuing all of its UNROLL loads before any store so
+//    that UNROLL x 16 B per lane are in flight; optional streaming (.cs) cache hints.
+// 2. kvt_bulk: page-granular bulk-async (TMA 1D) copies through a shared-memory ring: one thread
+//    per block keeps `stages` cp.async.bulk loads in flight and drains each stage with a
+//    cp.async.bulk store (the idea of sgl-kernel's hicache TMA path, written from the PTX ISA).
+// 3. kvt_ce_pages / kvt_ce_pitched: copy-engine page copies issued from C++ (one
+//    cudaMemcpyAsync each, or one cudaMemcpyBatchAsync), adjacent pages merged; SGLang's direct
+//    backend (sgl-kernel/csrc/kvcacheio/transfer.cu, transfer_kv_direct) issues the same copies.
+//
+// Every entry point returns 0 or a cudaError_t / negative argument code; addresses are byte
+// addresses (device pointers, or host pointers of registered memory under unified addressing).
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#include <vector>
+
+namespace {
+
+constexpr int kBadArgs = -1;
+
+struct RowsArgs {
+  const int64_t* src_bases;  // [n_slots] byte addresses (device table)
+  const int64_t* dst_bases;
+  const int64_t* src_idx;  // [n_tok] token slots (device)
+  const int64_t* dst_idx;
+  int64_t n_tok;
+  int n_slots;
+  int page;
+  int rvec;  // 16-byte vectors per row
+  int64_t sps, sts, dps, dts;  // page / token strides, bytes
+};
+
+template <bool kStream>
+__device__ __forceinline__ uint4 load16(const uint4* p) {
+  if constexpr (kStream) return __ldcs(p);
+  return *p;
+}
+
+template <bool kStream>
+__device__ __forceinline__ void store16(uint4* p, uint4 v) {
+  if constexpr (kStream)
+    __stcs(p, v);
+  else
+    *p = v;
+}
+
+template <int kUnroll, bool kStream>
+__global__ void rows_kernel(RowsArgs a) {
+  const int lane = threadIdx.x & 31;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
+  const int64_t n_warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
+  const int tok_per_item = max(1, (32 * kUnroll) / a.rvec);
+  const int64_t chunks = (a.n_tok + tok_per_item - 1) / tok_per_item;
+  const int64_t items = chunks * a.n_slots;
+  for (int64_t it = warp; it < items; it += n_warps) {
+    const int slot = static_cast<int>(it / chunks);
+    const int64_t t0 = (it - static_cast<int64_t>(slot) * chunks) * tok_per_item;
+    const int64_t nt = min(static_cast<int64_t>(tok_per_item), a.n_tok - t0);
+    const int nv = static_cast<int>(nt) * a.rvec;
+    const char* sb = reinterpret_cast<const char*>(a.src_bases[slot]);
+    char* db = reinterpret_cast<char*>(a.dst_bases[slot]);
+    uint4 r[kUnroll];
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nv) {
+        const int t = j / a.rvec, c = j - t * a.rvec;
+        const int64_t s = a.src_idx[t0 + t];
+        const char* p = sb + (s / a.page) * a.sps + (s % a.page) * a.sts + c * 16;
+        r[k] = load16<kStream>(reinterpret_cast<const uint4*>(p));
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kUnroll; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nv) {
+        const int t = j / a.rvec, c = j - t * a.rvec;
+        const int64_t d = a.dst_idx[t0 + t];
+        char* p = db + (d / a.page) * a.dps + (d % a.page) * a.dts + c * 16;
+        store16<kStream>(reinterpret_cast<uint4*>(p), r[k]);
+      }
+    }
+  }
+}
+
+// ---- bulk-async (TMA 1D) ring ----
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ __forceinline__ void mbar_init(uint32_t bar) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+}
+
+__device__ __forceinline__ void mbar_expect(uint32_t bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+  asm volatile(
+      "{\n\t.reg .pred P1;\n\tWAIT_%=:\n\t"
+      "mbarrier.try_wait.parity.shared::cta.b64 P1, [%0], %1;\n\t"
+      "@P1 bra.uni DONE_%=;\n\tbra.uni WAIT_%=;\n\tDONE_%=:\n\t}" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_load(uint32_t dst_smem, const void* src, uint32_t bytes, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst_smem),
+      "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void bulk_store(void* dst, uint32_t src_smem, uint32_t bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(src_smem), "r"(bytes)
+               : "memory");
+  asm volatile("cp.async.bulk.commit_group;" ::: "memory");
+}
+
+constexpr int kMaxStages = 16;
+
+struct BulkArgs {
+  const int64_t* src_bases;
+  const int64_t* dst_bases;
+  const int64_t* src_idx;  // token slots; page p of the transfer starts at idx[p * page]
+  const int64_t* dst_idx;
+  int64_t n_pages;
+  int n_slots;
+  int page;
+  int64_t sps, dps;  // page strides, bytes
+  uint32_t chunk;  // bytes per bulk op (divides page_bytes)
+  int chunks_per_page;
+  int stages;
+};
+
+__device__ __forceinline__ void bulk_item(const BulkArgs& a, int64_t it, const char** src, char** dst) {
+  const int64_t per_slot = a.n_pages * a.chunks_per_page;
+  const int slot = static_cast<int>(it / per_slot);
+  const int64_t rem = it - slot * per_slot;
+  const int64_t p = rem / a.chunks_per_page;
+  const int64_t c = rem - p * a.chunks_per_page;
+  const int64_t sp = a.src_idx[p * a.page] / a.page, dp = a.dst_idx[p * a.page] / a.page;
+  *src = reinterpret_cast<const char*>(a.src_bases[slot]) + sp * a.sps + c * a.chunk;
+  *dst = reinterpret_cast<char*>(a.dst_bases[slot]) + dp * a.dps + c * a.chunk;
+}
+
+__global__ void bulk_kernel(BulkArgs a) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t bars[kMaxStages];
+  if (threadIdx.x != 0) return;
+  const int64_t items = a.n_pages * a.chunks_per_page * a.n_slots;
+  if (blockIdx.x >= items) return;
+  const int64_t mine = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;
+  for (int s = 0; s < a.stages; ++s) mbar_init(smem_addr(&bars[s]));
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  auto issue = [&](int64_t k) {
+    const int s = static_cast<int>(k % a.stages);
+    const char* src;
+    char* dst;
+    bulk_item(a, blockIdx.x + k * gridDim.x, &src, &dst);
+    const uint32_t bar = smem_addr(&bars[s]);
+    mbar_expect(bar, a.chunk);
+    bulk_load(smem_addr(ring + static_cast<size_t>(s) * a.chunk), src, a.chunk, bar);
+  };
+  const int64_t pro = min(static_cast<int64_t>(a.stages), mine);
+  for (int64_t k = 0; k < pro; ++k) issue(k);
+  for (int64_t k = 0; k < mine; ++k) {
+    const int s = static_cast<int>(k % a.stages);
+    mbar_wait(smem_addr(&bars[s]), static_cast<uint32_t>((k / a.stages) & 1));
+    const char* src;
+    char* dst;
+    bulk_item(a, blockIdx.x + k * gridDim.x, &src, &dst);
+    bulk_store(dst, smem_addr(ring + static_cast<size_t>(s) * a.chunk), a.chunk);
+    // Refill the stage the previous store drained once that store has read it (one store may
+    // still be reading), so stages-1 loads stay in flight behind the store.
+    if (k >= 1 && k - 1 + a.stages < mine) {
+      asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      issue(k - 1 + a.stages);
+    }
+  }
+  asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+}
+
+// ---- copy-engine issue ----
+
+struct Copies {
+  std::vector<void*> dst;
+  std::vector<const void*> src;
+  std::vector<size_t> size;
+};
+
+// Runs of pages adjacent on both sides (when a side's pages are page_bytes apart), as [start, end).
+std::vector<std::pair<int64_t, int64_t>> page_runs(const int64_t* sp, const int64_t* dp, int64_t n, bool merge) {
+  std::vector<std::pair<int64_t, int64_t>> runs;
+  int64_t start = 0;
+  for (int64_t i = 1; i <= n; ++i) {
+    const bool cont = merge && i < n && sp[i] == sp[i - 1] + 1 && dp[i] == dp[i - 1] + 1;
+    if (!cont) {
+      runs.emplace_back(start, i);
+      start = i;
+    }
+  }
+  return runs;
+}
+
+int issue(const Copies& c, int batch, cudaStream_t stream) {
+  if (c.size.empty()) return 0;
+#if CUDART_VERSION >= 13000
+  if (batch) {
+    cudaMemcpyAttributes attr = {};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    size_t idx = 0;
+    return static_cast<int>(cudaMemcpyBatchAsync(const_cast<void* const*>(c.dst.data()), c.src.data(),
+                                                 c.size.data(), c.size.size(), &attr, &idx, 1, stream));
+  }
+#else
+  if (batch) return static_cast<int>(cudaErrorNotSupported);
+#endif
+  for (size_t i = 0; i < c.size.size(); ++i) {
+    cudaError_t rc = cudaMemcpyAsync(c.dst[i], c.src[i], c.size[i], cudaMemcpyDefault, stream);
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+  }
+  return 0;
+}
+
+}  // namespace
+
+extern "C" {
+
+int kvt_version() { return 3; }
+
+int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
+             const int64_t* dst_idx, int64_t n_tok, int64_t sps, int64_t sts, int64_t dps, int64_t dts, int page,
+             int row_bytes, int grid, int block, int unroll, int streaming, void* stream) {
+  if (row_bytes % 16 || row_bytes <= 0 || block % 32 || grid <= 0 || n_slots <= 0) return kBadArgs;
+  if (n_tok == 0) return 0;
+  RowsArgs a{src_bases, dst_bases, src_idx, dst_idx, n_tok, n_slots, page, row_bytes / 16, sps, sts, dps, dts};
+  if (a.rvec > 32 * unroll) return kBadArgs;
+  auto s = static_cast<cudaStream_t>(stream);
+  if (unroll == 4 && streaming)
+    rows_kernel<4, true><<<grid, block, 0, s>>>(a);
+  else if (unroll == 4)
+    rows_kernel<4, false><<<grid, block, 0, s>>>(a);
+  else if (unroll == 8 && streaming)
+    rows_kernel<8, true><<<grid, block, 0, s>>>(a);
+  else if (unroll == 8)
+    rows_kernel<8, false><<<grid, block, 0, s>>>(a);
+  else if (unroll == 16 && streaming)
+    rows_kernel<16, true><<<grid, block, 0, s>>>(a);
+  else if (unroll == 16)
+    rows_kernel<16, false><<<grid, block, 0, s>>>(a);
+  else
+    return kBadArgs;
+  return static_cast<int>(cudaGetLastError());
+}
+
+int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
+             const int64_t* dst_idx, int64_t n_pages, int64_t sps, int64_t dps, int page, int64_t page_bytes,
+             int chunk, int stages, int grid, void* stream) {
+  if (chunk <= 0 || chunk % 16 || page_bytes % chunk || stages < 2 || stages > kMaxStages || grid <= 0)
+    return kBadArgs;
+  if (n_pages == 0) return 0;
+  const size_t smem = static_cast<size_t>(chunk) * stages;
+  static size_t smem_allowed = 48 << 10;  // raised once per larger ring
+  if (smem > smem_allowed) {
+    cudaError_t rc =
+        cudaFuncSetAttribute(bulk_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+    smem_allowed = smem;
+  }
+  BulkArgs a{src_bases, dst_bases, src_idx, dst_idx, n_pages, n_slots, page, sps, dps,
+             static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages};
+  bulk_kernel<<<grid, 32, smem, static_cast<cudaStream_t>(stream)>>>(a);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// One copy per (slot, run of pages adjacent on both sides): slot i moves from src_bases[i] +
+// src_page * sps to dst_bases[i] + dst_page * dps, page_bytes per page (host arrays).
+int kvt_ce_pages(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_pages,
+                 const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps, int64_t page_bytes, int merge,
+                 int batch, void* stream) {
+  const bool can_merge = merge && sps == page_bytes && dps == page_bytes;
+  const auto runs = page_runs(src_pages, dst_pages, n_pages, can_merge);
+  Copies c;
+  c.dst.reserve(runs.size() * n_slots);
+  c.src.reserve(runs.size() * n_slots);
+  c.size.reserve(runs.size() * n_slots);
+  for (int i = 0; i < n_slots; ++i)
+    for (const auto& r : runs) {
+      c.src.push_back(reinterpret_cast<const void*>(src_bases[i] + src_pages[r.first] * sps));
+      c.dst.push_back(reinterpret_cast<void*>(dst_bases[i] + dst_pages[r.first] * dps));
+      c.size.push_back(static_cast<size_t>((r.second - r.first) * page_bytes));
+    }
+  return issue(c, batch, static_cast<cudaStream_t>(stream));
+}
+
+// One cudaMemcpy2DAsync per (component, page): `height` layers of page_bytes, layers spitch /
+// dpitch bytes apart on each side (page_first_direct host page against a stacked device pool).
+int kvt_ce_pitched(const int64_t* src_bases, const int64_t* dst_bases, int n_comp, const int64_t* src_pages,
+                   const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps, int64_t page_bytes,
+                   int64_t spitch, int64_t dpitch, int height, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  for (int i = 0; i < n_comp; ++i)
+    for (int64_t p = 0; p < n_pages; ++p) {
+      cudaError_t rc = cudaMemcpy2DAsync(reinterpret_cast<void*>(dst_bases[i] + dst_pages[p] * dps), dpitch,
+                                         reinterpret_cast<const void*>(src_bases[i] + src_pages[p] * sps), spitch,
+                                         page_bytes, height, cudaMemcpyDefault, s);
+      if (rc != cudaSuccess) return static_cast<int>(rc);
+    }
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,284 @@
+"""Transfers through the nvcc-built library (``gpu_replay/csrc/kv_transfer.cu``).
+
+- :class:`CudaRowsTransfer` (kernel backend, impl "cuda"): warp-per-chunk SM copy of token rows,
+  16-byte accesses with ``unroll`` loads in flight per lane; any layout, any index list.
+- :class:`CudaBulkTransfer` (kernel backend, impl "cuda_bulk"): bulk-async (TMA 1D) copies of
+  whole page-layer runs through a shared-memory ring; layouts whose page of one layer is
+  contiguous (layer_first; page_first_direct), page-aligned index lists (as SGLang passes them).
+- :class:`CxxCopyTransfer` (direct backend, impls "cxx_loop", "cxx_batch", "cxx_pitched"): copy
+  engines, the per-page copies planned and issued in C++ (no Python per copy).
+
+All run on the current torch stream; the kernel-backend indices live on the device, the direct
+ones on the CPU (as in SGLang).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from gpu_replay.cuda_build import library
+from gpu_replay.pools import DevicePool, HostPool
+
+__all__ = ["CudaBulkTransfer", "CudaConfig", "CudaRowsTransfer", "CxxCopyTransfer", "cuda_ext_available"]
+
+
+def cuda_ext_available() -> bool:
+    """CUDA device present and the library builds."""
+    if not torch.cuda.is_available():
+        return False
+    try:
+        library()
+    except (RuntimeError, OSError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class CudaConfig:
+    """Launch shape. ``grid`` 0 means ``blocks_per_sm`` x the SM count."""
+
+    grid: int = 0
+    blocks_per_sm: int = 2
+    block: int = 256
+    unroll: int = 8
+    streaming: bool = True
+    chunk: int = 0  # bulk: bytes per bulk op, 0 = one page of one layer and component
+    stages: int = 4  # bulk: ring depth
+
+
+def _check(rc: int, what: str) -> None:
+    if rc != 0:
+        raise RuntimeError(f"{what} failed with code {rc}")
+
+
+def _groups(host: HostPool) -> list[tuple[tuple[str, ...], int]]:
+    """Components sharing row width go in one launch (K and V usually do)."""
+    geo = host.geo
+    if geo.head_dim == geo.v_head_dim:
+        return [(("k", "v"), geo.k_row_bytes)]
+    return [(("k",), geo.k_row_bytes), (("v",), geo.v_row_bytes)]
+
+
+class _Tables:
+    """Per (components, layers, direction): source and destination slot base addresses and the
+    page and token strides in bytes, cached (SGLang keeps its pointer tables the same way)."""
+
+    def __init__(self, host: HostPool, dev: DevicePool, on_device: bool) -> None:
+        self.host, self.dev, self.on_device = host, dev, on_device
+        self.esize = dev.k[0].element_size()
+        self._cache: dict[tuple, tuple] = {}
+
+    def get(self, comps: tuple[str, ...], layers: tuple[int, ...], direction: str):
+        key = (comps, layers, direction)
+        if key not in self._cache:
+            h = [self.host.addressing(c) for c in comps]
+            d = [self.dev.addressing(c) for c in comps]
+            src, dst = (h, d) if direction == "h2d" else (d, h)
+            bases = [
+                np.array([a.bases[lay] for a in side for lay in layers], dtype=np.int64)
+                for side in (src, dst)
+            ]
+            if self.on_device:
+                bases = [torch.from_numpy(b).to(self.dev.k[0].device) for b in bases]
+            e = self.esize
+            strides = (
+                src[0].page_stride * e,
+                src[0].token_stride * e,
+                dst[0].page_stride * e,
+                dst[0].token_stride * e,
+            )
+            self._cache[key] = (*bases, strides)
+        return self._cache[key]
+
+
+def _direction(direction: str, hi: torch.Tensor, di: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if direction not in ("h2d", "d2h"):
+        raise ValueError(f"direction must be 'h2d' or 'd2h', got {direction!r}")
+    if hi.numel() != di.numel():
+        raise ValueError(f"{hi.numel()} host indices but {di.numel()} device indices")
+    return (hi, di) if direction == "h2d" else (di, hi)
+
+
+class CudaRowsTransfer:
+    """Token rows by index, 16-byte vector copies by the SMs (any layout)."""
+
+    def __init__(self, host: HostPool, dev: DevicePool, config: CudaConfig | None = None) -> None:
+        self.host, self.dev, self.config = host, dev, config or CudaConfig()
+        self.lib = library()
+        self.tables = _Tables(host, dev, on_device=True)
+        sms = torch.cuda.get_device_properties(dev.k[0].device).multi_processor_count
+        self.grid = self.config.grid or self.config.blocks_per_sm * sms
+
+    def __call__(self, host_indices, device_indices, layers: Sequence[int], direction: str) -> None:
+        src_idx, dst_idx = _direction(direction, host_indices, device_indices)
+        n = src_idx.numel()
+        if n == 0:
+            return
+        cfg, stream = self.config, torch.cuda.current_stream().cuda_stream
+        for comps, row_bytes in _groups(self.host):
+            sb, db, (sps, sts, dps, dts) = self.tables.get(comps, tuple(layers), direction)
+            rc = self.lib.kvt_rows(
+                sb.data_ptr(),
+                db.data_ptr(),
+                sb.numel(),
+                src_idx.data_ptr(),
+                dst_idx.data_ptr(),
+                n,
+                sps,
+                sts,
+                dps,
+                dts,
+                self.host.geo.page_size,
+                row_bytes,
+                self.grid,
+                cfg.block,
+                cfg.unroll,
+                int(cfg.streaming),
+                stream,
+            )
+            _check(rc, "kvt_rows")
+
+
+class CudaBulkTransfer:
+    """Page-layer runs by bulk-async copies through a shared-memory ring (page-aligned lists)."""
+
+    def __init__(self, host: HostPool, dev: DevicePool, config: CudaConfig | None = None) -> None:
+        esize = dev.k[0].element_size()
+        for comps, row_bytes in _groups(host):
+            for c in comps:
+                for a in (host.addressing(c), dev.addressing(c)):
+                    if a.token_stride * esize != row_bytes:
+                        raise ValueError(
+                            f"{host.layout}: a page of one layer is not contiguous, no bulk copy"
+                        )
+        self.host, self.dev, self.config = host, dev, config or CudaConfig(blocks_per_sm=1)
+        self.lib = library()
+        self.tables = _Tables(host, dev, on_device=True)
+        sms = torch.cuda.get_device_properties(dev.k[0].device).multi_processor_count
+        self.grid = self.config.grid or self.config.blocks_per_sm * sms
+
+    def __call__(self, host_indices, device_indices, layers: Sequence[int], direction: str) -> None:
+        src_idx, dst_idx = _direction(direction, host_indices, device_indices)
+        page = self.host.geo.page_size
+        if src_idx.numel() % page:
+            raise ValueError("bulk copies need page-aligned index lists")
+        n_pages = src_idx.numel() // page
+        if n_pages == 0:
+            return
+        cfg, stream = self.config, torch.cuda.current_stream().cuda_stream
+        for comps, row_bytes in _groups(self.host):
+            sb, db, (sps, _, dps, _) = self.tables.get(comps, tuple(layers), direction)
+            page_bytes = page * row_bytes
+            chunk = min(cfg.chunk or page_bytes, page_bytes)
+            rc = self.lib.kvt_bulk(
+                sb.data_ptr(),
+                db.data_ptr(),
+                sb.numel(),
+                src_idx.data_ptr(),
+                dst_idx.data_ptr(),
+                n_pages,
+                sps,
+                dps,
+                page,
+                page_bytes,
+                chunk,
+                cfg.stages,
+                self.grid,
+                stream,
+            )
+            _check(rc, "kvt_bulk")
+
+
+class CxxCopyTransfer:
+    """Copy-engine page copies planned and issued in C++.
+
+    ``mode`` "loop": one cudaMemcpyAsync per (component, layer, page run); "batch": the same copies
+    in one cudaMemcpyBatchAsync (off the legacy default stream, which that call refuses);
+    "pitched": one cudaMemcpy2DAsync per (component, page) covering every selected layer, where
+    layers sit a constant stride apart on both sides (a stacked device pool)."""
+
+    def __init__(self, host: HostPool, dev: DevicePool, mode: str = "batch", merge: bool = True) -> None:
+        if mode not in ("loop", "batch", "pitched"):
+            raise ValueError(f"mode must be loop, batch or pitched, not {mode!r}")
+        self.host, self.dev, self.mode, self.merge = host, dev, mode, merge
+        self.lib = library()
+        self.tables = _Tables(host, dev, on_device=False)
+        self._side: torch.cuda.Stream | None = None
+
+    def _pages(self, idx: torch.Tensor) -> np.ndarray:
+        page = self.host.geo.page_size
+        if idx.numel() % page:
+            raise ValueError("the direct backend moves whole pages")
+        return np.ascontiguousarray(idx.numpy()[::page] // page)
+
+    def __call__(self, host_indices, device_indices, layers: Sequence[int], direction: str) -> None:
+        src_idx, dst_idx = _direction(direction, host_indices, device_indices)
+        sp, dp = self._pages(src_idx), self._pages(dst_idx)
+        if sp.size == 0:
+            return
+        cur = torch.cuda.current_stream()
+        if self.mode == "batch" and cur.cuda_stream == 0:
+            if self._side is None:
+                self._side = torch.cuda.Stream()
+            self._side.wait_stream(cur)
+            self._issue(sp, dp, tuple(layers), direction, self._side.cuda_stream)
+            cur.wait_stream(self._side)
+        else:
+            self._issue(sp, dp, tuple(layers), direction, cur.cuda_stream)
+
+    def _issue(
+        self, sp: np.ndarray, dp: np.ndarray, layers: tuple[int, ...], direction: str, stream: int
+    ) -> None:
+        page = self.host.geo.page_size
+        for comps, row_bytes in _groups(self.host):
+            sb, db, (sps, _, dps, _) = self.tables.get(comps, layers, direction)
+            page_bytes = page * row_bytes
+            if self.mode == "pitched":
+                spitch, dpitch = self._pitches(sb, db, len(comps), len(layers), page_bytes)
+                first = [np.ascontiguousarray(x[:: len(layers)]) for x in (sb, db)]
+                rc = self.lib.kvt_ce_pitched(
+                    first[0].ctypes.data,
+                    first[1].ctypes.data,
+                    len(comps),
+                    sp.ctypes.data,
+                    dp.ctypes.data,
+                    sp.size,
+                    sps,
+                    dps,
+                    page_bytes,
+                    spitch,
+                    dpitch,
+                    len(layers),
+                    stream,
+                )
+            else:
+                rc = self.lib.kvt_ce_pages(
+                    sb.ctypes.data,
+                    db.ctypes.data,
+                    sb.size,
+                    sp.ctypes.data,
+                    dp.ctypes.data,
+                    sp.size,
+                    sps,
+                    dps,
+                    page_bytes,
+                    int(self.merge),
+                    int(self.mode == "batch"),
+                    stream,
+                )
+            _check(rc, f"kvt_ce {self.mode}")
+
+    @staticmethod
+    def _pitches(sb: np.ndarray, db: np.ndarray, n_comp: int, n_layers: int, width: int) -> tuple[int, int]:
+        """The constant layer stride of each side, or ValueError."""
+        out = []
+        for b in (sb, db):
+            steps = np.diff(b.reshape(n_comp, n_layers), axis=1)
+            if n_layers > 1 and not (steps == steps.flat[0]).all():
+                raise ValueError("pitched copies need layers a constant stride apart (a stacked device pool)")
+            out.append(int(steps.flat[0]) if n_layers > 1 else width)
+        return out[0], out[1]
