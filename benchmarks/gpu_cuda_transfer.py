@@ -36,8 +36,10 @@ PAIRS = (
     ("page_first", "kernel"),
     ("layer_first", "direct"),
     ("page_first_direct", "direct"),
+    ("layer_first", "hybrid"),
+    ("page_first_direct", "hybrid"),
 )
-FAMILIES = ("triton", "cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched")
+FAMILIES = ("triton", "cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx")
 
 
 def _family(name: str) -> str:
@@ -50,17 +52,16 @@ class CudaBench(base.Bench):
         self.results = {"bulk": [], "per_layer": [], "overlap": [], "errors": []}
         self.rows_cfgs = {
             f"cuda[b{b}u{u}s{s}]": CudaConfig(blocks_per_sm=b, unroll=u, streaming=bool(s))
-            for b in (1, 2, 4)
+            for b in (2, 4, 8)
             for u in (8, 16)
             for s in (0, 1)
         }
         self.bulk_cfgs = {
             f"cuda_bulk[c{c // 1024}ks{st}b{b}]": CudaConfig(blocks_per_sm=b, chunk=c, stages=st)
-            for c in (32768, 16384, 8192)
-            for st in (2, 4, 6)
-            for b in (1, 2)
-            if c * st <= 200 * 1024
+            for c, st, b in ((32768, 4, 1), (32768, 6, 1), (16384, 4, 2), (8192, 8, 2))
         }
+        # (streams, max_batch) of the C++-issued copy engines
+        self.ce_shapes = ((1, 0), (1, 256), (2, 0), (2, 256), (4, 128))
 
     def variants(self, layout: str, backend: str, *, bulk: bool) -> dict[str, KVTransfer]:
         host, out = self.hosts[layout], {}
@@ -71,9 +72,20 @@ class CudaBench(base.Bench):
             except Exception as exc:  # noqa: BLE001 - one broken variant must not lose the run
                 self.results["errors"].append(f"{name} {layout}: {type(exc).__name__}: {exc}")
 
+        if backend == "hybrid":
+            rows = CudaConfig(blocks_per_sm=4, unroll=8, streaming=False)
+            for f in (0.4, 0.6, 0.8):
+                for st, mb in ((1, 0), (2, 256)):
+                    opts = {"dma_fraction": f, "config": rows, "streams": st, "max_batch": mb}
+                    add(f"cxx[f{f}s{st}mb{mb}]", host, self.dev, "hybrid", "cxx", **opts)
+            return out
         if backend == "direct":
-            for mode in ("cxx_loop", "cxx_batch"):
-                add(mode, host, self.dev, "direct", mode)
+            for st, mb in self.ce_shapes:
+                add(
+                    f"cxx_batch[s{st}mb{mb}]", host, self.dev, "direct", "cxx_batch", streams=st, max_batch=mb
+                )
+            for st in (1, 4):
+                add(f"cxx_loop[s{st}]", host, self.dev, "direct", "cxx_loop", streams=st)
             if bulk:
                 add("cxx_pitched", host, self.dev_stacked, "direct", "cxx_pitched")
             return out

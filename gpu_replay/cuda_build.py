@@ -74,7 +74,22 @@ def library() -> ctypes.CDLL:
         _INT,
         _PTR,
     ]
-    lib.kvt_ce_pages.argtypes = [_PTR, _PTR, _INT, _PTR, _PTR, _I64, _I64, _I64, _I64, _INT, _INT, _PTR]
+    lib.kvt_ce_pages.argtypes = [
+        _PTR,
+        _PTR,
+        _INT,
+        _PTR,
+        _PTR,
+        _I64,
+        _I64,
+        _I64,
+        _I64,
+        _INT,
+        _INT,
+        _INT,
+        _INT,
+        _PTR,
+    ]
     lib.kvt_ce_pitched.argtypes = [
         _PTR,
         _PTR,

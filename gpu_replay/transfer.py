@@ -13,7 +13,8 @@ Implementations per backend:
   "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool),
   "cxx_loop" / "cxx_batch" / "cxx_pitched" (the same copies planned and issued in C++);
 - hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
-  beside the Triton kernel for the rest; indices on the CPU.
+  beside the Triton kernel for the rest, or ("cxx") C++-issued batches beside the nvcc-built row
+  kernel; indices on the CPU.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ __all__ = ["IMPLS", "KVTransfer"]
 IMPLS = {
     "kernel": ("reference", "triton", "triton_tma", "cuda", "cuda_bulk"),
     "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched"),
-    "hybrid": ("pitched", "batch"),
+    "hybrid": ("pitched", "batch", "cxx"),
 }
 
 

@@ -23,7 +23,14 @@ import torch
 from gpu_replay.cuda_build import library
 from gpu_replay.pools import DevicePool, HostPool
 
-__all__ = ["CudaBulkTransfer", "CudaConfig", "CudaRowsTransfer", "CxxCopyTransfer", "cuda_ext_available"]
+__all__ = [
+    "CudaBulkTransfer",
+    "CudaConfig",
+    "CudaRowsTransfer",
+    "CxxCopyTransfer",
+    "HybridCxxTransfer",
+    "cuda_ext_available",
+]
 
 
 def cuda_ext_available() -> bool:
@@ -199,15 +206,27 @@ class CxxCopyTransfer:
     ``mode`` "loop": one cudaMemcpyAsync per (component, layer, page run); "batch": the same copies
     in one cudaMemcpyBatchAsync (off the legacy default stream, which that call refuses);
     "pitched": one cudaMemcpy2DAsync per (component, page) covering every selected layer, where
-    layers sit a constant stride apart on both sides (a stacked device pool)."""
+    layers sit a constant stride apart on both sides (a stacked device pool). ``streams`` > 1
+    splits the copies over that many side streams, issued from as many host threads;
+    ``max_batch`` caps the copies per batch call (0: one call), so the engines start early."""
 
-    def __init__(self, host: HostPool, dev: DevicePool, mode: str = "batch", merge: bool = True) -> None:
+    def __init__(
+        self,
+        host: HostPool,
+        dev: DevicePool,
+        mode: str = "batch",
+        merge: bool = True,
+        streams: int = 1,
+        max_batch: int = 0,
+        side: bool = False,
+    ) -> None:
         if mode not in ("loop", "batch", "pitched"):
             raise ValueError(f"mode must be loop, batch or pitched, not {mode!r}")
         self.host, self.dev, self.mode, self.merge = host, dev, mode, merge
+        self.n_streams, self.max_batch, self.side = max(1, streams), max_batch, side
         self.lib = library()
         self.tables = _Tables(host, dev, on_device=False)
-        self._side: torch.cuda.Stream | None = None
+        self._side: list[torch.cuda.Stream] = []
 
     def _pages(self, idx: torch.Tensor) -> np.ndarray:
         page = self.host.geo.page_size
@@ -216,23 +235,36 @@ class CxxCopyTransfer:
         return np.ascontiguousarray(idx.numpy()[::page] // page)
 
     def __call__(self, host_indices, device_indices, layers: Sequence[int], direction: str) -> None:
+        cur = torch.cuda.current_stream()
+        if self.side or self.n_streams > 1 or (self.mode == "batch" and cur.cuda_stream == 0):
+            # Side streams: several issuers, a batch call (it refuses the legacy stream), or a
+            # caller that runs other work beside the copies.
+            sides = self.sides_after(cur)
+            self.issue(host_indices, device_indices, layers, direction, sides)
+            for st in sides:
+                cur.wait_stream(st)
+        else:
+            self.issue(host_indices, device_indices, layers, direction, [cur])
+
+    def sides_after(self, cur: torch.cuda.Stream) -> list[torch.cuda.Stream]:
+        """The side streams, each made to wait for the work queued on ``cur`` so far."""
+        while len(self._side) < self.n_streams:
+            self._side.append(torch.cuda.Stream())
+        for st in self._side:
+            st.wait_stream(cur)
+        return self._side
+
+    def issue(self, host_indices, device_indices, layers, direction: str, streams) -> None:
+        """Plan and issue the copies on ``streams`` (no stream synchronisation here)."""
         src_idx, dst_idx = _direction(direction, host_indices, device_indices)
         sp, dp = self._pages(src_idx), self._pages(dst_idx)
-        if sp.size == 0:
-            return
-        cur = torch.cuda.current_stream()
-        if self.mode == "batch" and cur.cuda_stream == 0:
-            if self._side is None:
-                self._side = torch.cuda.Stream()
-            self._side.wait_stream(cur)
-            self._issue(sp, dp, tuple(layers), direction, self._side.cuda_stream)
-            cur.wait_stream(self._side)
-        else:
-            self._issue(sp, dp, tuple(layers), direction, cur.cuda_stream)
+        if sp.size:
+            self._issue(sp, dp, tuple(layers), direction, [st.cuda_stream for st in streams])
 
     def _issue(
-        self, sp: np.ndarray, dp: np.ndarray, layers: tuple[int, ...], direction: str, stream: int
+        self, sp: np.ndarray, dp: np.ndarray, layers: tuple[int, ...], direction: str, streams: list[int]
     ) -> None:
+        stream_arr = np.array(streams, dtype=np.uint64)
         page = self.host.geo.page_size
         for comps, row_bytes in _groups(self.host):
             sb, db, (sps, _, dps, _) = self.tables.get(comps, layers, direction)
@@ -253,7 +285,7 @@ class CxxCopyTransfer:
                     spitch,
                     dpitch,
                     len(layers),
-                    stream,
+                    streams[0],
                 )
             else:
                 rc = self.lib.kvt_ce_pages(
@@ -268,7 +300,9 @@ class CxxCopyTransfer:
                     page_bytes,
                     int(self.merge),
                     int(self.mode == "batch"),
-                    stream,
+                    self.max_batch,
+                    len(streams),
+                    stream_arr.ctypes.data,
                 )
             _check(rc, f"kvt_ce {self.mode}")
 
@@ -282,3 +316,43 @@ class CxxCopyTransfer:
                 raise ValueError("pitched copies need layers a constant stride apart (a stacked device pool)")
             out.append(int(steps.flat[0]) if n_layers > 1 else width)
         return out[0], out[1]
+
+
+class HybridCxxTransfer:
+    """Not an SGLang backend: the first ``fraction`` of the pages by the copy engines (C++ batch
+    issue, side streams) while the row kernel moves the rest on the current stream, so that the
+    driver's per-copy cost and the SM path's lower link efficiency each carry part of the load.
+    Indices on the CPU (as the direct backend); the kernel's share goes to the device through a
+    pinned buffer in stream order (torch's pinned allocator keeps it until the copy is done)."""
+
+    def __init__(
+        self,
+        host: HostPool,
+        dev: DevicePool,
+        fraction: float = 0.5,
+        config: CudaConfig | None = None,
+        streams: int = 1,
+        max_batch: int = 0,
+    ) -> None:
+        self.fraction, self.page = fraction, host.geo.page_size
+        self.ce = CxxCopyTransfer(host, dev, "batch", streams=streams, max_batch=max_batch, side=True)
+        self.sm = CudaRowsTransfer(host, dev, config)
+        self.device = dev.k[0].device
+
+    def __call__(self, host_indices, device_indices, layers: Sequence[int], direction: str) -> None:
+        _direction(direction, host_indices, device_indices)
+        n_pages = host_indices.numel() // self.page
+        cut = round(n_pages * self.fraction) * self.page
+        rest = host_indices.numel() - cut
+        cur = torch.cuda.current_stream()
+        sides = self.ce.sides_after(cur)  # before the kernel, so the engines need not wait for it
+        if rest:
+            pinned = torch.empty(2 * rest, dtype=torch.int64, pin_memory=True)
+            pinned[:rest].copy_(host_indices[cut:])
+            pinned[rest:].copy_(device_indices[cut:])
+            idx = pinned.to(self.device, non_blocking=True)
+            self.sm(idx[:rest], idx[rest:], layers, direction)
+        if cut:
+            self.ce.issue(host_indices[:cut], device_indices[:cut], layers, direction, sides)
+        for st in sides:
+            cur.wait_stream(st)

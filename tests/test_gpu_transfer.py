@@ -50,8 +50,10 @@ COMBOS = [
     ("page_first_direct", "direct", "cxx_batch"),
     ("layer_first", "direct", "cxx_pitched"),
     ("page_first_direct", "direct", "cxx_pitched"),
+    ("layer_first", "hybrid", "cxx"),
+    ("page_first_direct", "hybrid", "cxx"),
 ]
-NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched")
+NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx")
 
 
 def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
@@ -121,7 +123,7 @@ def _small_cuda_config(impl: str):
     )
 
 
-def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, config=None):
+def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, config=None, extra=None):
     _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
@@ -144,8 +146,9 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, c
             _bits(t).fill_(POISON)
         uses_triton = impl.startswith("triton") or backend == "hybrid"
         kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
-        if impl in ("cuda", "cuda_bulk"):
+        if impl in ("cuda", "cuda_bulk", "cxx"):
             kwargs = {"config": config or _small_cuda_config(impl)}
+        kwargs |= extra or {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
         idx_dev = dev.k[0].device if backend == "kernel" else "cpu"
         mover.transfer(hi.to(idx_dev), di.to(idx_dev), layers, direction)
@@ -287,3 +290,15 @@ def test_nvcc_transfers_real_rows(layout, backend, impl, direction):
         host_tokens=40 * 64,
     )
     _run_case(layout, backend, impl, direction, "all", "cuda", seed=5, geo=geo, config=CudaConfig())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize(
+    "layout,backend,impl", [c for c in COMBOS if c[2] in ("cxx_batch", "cxx_loop", "cxx")]
+)
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_cxx_copies_on_several_streams(layout, backend, impl, direction):
+    """Copies split over 3 issuing threads and streams, batches of at most 3 copies."""
+    extra = {"streams": 3, "max_batch": 3, "dma_fraction": 0.6}
+    _run_case(layout, backend, impl, direction, "all", "cuda", seed=9, extra=extra)

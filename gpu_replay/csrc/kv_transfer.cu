@@ -19,6 +19,8 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include <algorithm>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -213,24 +215,54 @@ std::vector<std::pair<int64_t, int64_t>> page_runs(const int64_t* sp, const int6
   return runs;
 }
 
-int issue(const Copies& c, int batch, cudaStream_t stream) {
-  if (c.size.empty()) return 0;
+int issue_range(const Copies& c, size_t lo, size_t hi, int batch, cudaStream_t stream) {
+  if (lo >= hi) return 0;
 #if CUDART_VERSION >= 13000
   if (batch) {
     cudaMemcpyAttributes attr = {};
     attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
     attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
     size_t idx = 0;
-    return static_cast<int>(cudaMemcpyBatchAsync(const_cast<void* const*>(c.dst.data()), c.src.data(),
-                                                 c.size.data(), c.size.size(), &attr, &idx, 1, stream));
+    return static_cast<int>(cudaMemcpyBatchAsync(const_cast<void* const*>(c.dst.data() + lo), c.src.data() + lo,
+                                                 c.size.data() + lo, hi - lo, &attr, &idx, 1, stream));
   }
 #else
   if (batch) return static_cast<int>(cudaErrorNotSupported);
 #endif
-  for (size_t i = 0; i < c.size.size(); ++i) {
+  for (size_t i = lo; i < hi; ++i) {
     cudaError_t rc = cudaMemcpyAsync(c.dst[i], c.src[i], c.size[i], cudaMemcpyDefault, stream);
     if (rc != cudaSuccess) return static_cast<int>(rc);
   }
+  return 0;
+}
+
+// Copies [lo, hi) on one stream, in batches of at most max_batch (0: one batch), so that the
+// copy engines start on the first batch while the driver still takes the next.
+int issue_part(const Copies& c, size_t lo, size_t hi, int batch, size_t max_batch, cudaStream_t stream) {
+  const size_t step = (batch && max_batch) ? max_batch : (hi - lo);
+  for (size_t a = lo; a < hi; a += step) {
+    int rc = issue_range(c, a, std::min(hi, a + step), batch, stream);
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+// Splits the copies over n_streams streams, each issued by its own host thread.
+int issue(const Copies& c, int batch, size_t max_batch, int n_streams, void* const* streams) {
+  const size_t n = c.size.size();
+  if (n == 0) return 0;
+  if (n_streams <= 1) return issue_part(c, 0, n, batch, max_batch, static_cast<cudaStream_t>(streams[0]));
+  std::vector<int> rcs(n_streams, 0);
+  std::vector<std::thread> workers;
+  for (int t = 1; t < n_streams; ++t)
+    workers.emplace_back([&, t] {
+      rcs[t] = issue_part(c, n * t / n_streams, n * (t + 1) / n_streams, batch, max_batch,
+                          static_cast<cudaStream_t>(streams[t]));
+    });
+  rcs[0] = issue_part(c, 0, n / n_streams, batch, max_batch, static_cast<cudaStream_t>(streams[0]));
+  for (auto& w : workers) w.join();
+  for (int rc : rcs)
+    if (rc) return rc;
   return 0;
 }
 
@@ -238,7 +270,7 @@ int issue(const Copies& c, int batch, cudaStream_t stream) {
 
 extern "C" {
 
-int kvt_version() { return 3; }
+int kvt_version() { return 4; }
 
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_tok, int64_t sps, int64_t sts, int64_t dps, int64_t dts, int page,
@@ -286,10 +318,11 @@ int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, co
 }
 
 // One copy per (slot, run of pages adjacent on both sides): slot i moves from src_bases[i] +
-// src_page * sps to dst_bases[i] + dst_page * dps, page_bytes per page (host arrays).
+// src_page * sps to dst_bases[i] + dst_page * dps, page_bytes per page (host arrays); issued on
+// n_streams streams from as many host threads, batches of at most max_batch copies.
 int kvt_ce_pages(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_pages,
                  const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps, int64_t page_bytes, int merge,
-                 int batch, void* stream) {
+                 int batch, int max_batch, int n_streams, void* const* streams) {
   const bool can_merge = merge && sps == page_bytes && dps == page_bytes;
   const auto runs = page_runs(src_pages, dst_pages, n_pages, can_merge);
   Copies c;
@@ -302,7 +335,7 @@ int kvt_ce_pages(const int64_t* src_bases, const int64_t* dst_bases, int n_slots
       c.dst.push_back(reinterpret_cast<void*>(dst_bases[i] + dst_pages[r.first] * dps));
       c.size.push_back(static_cast<size_t>((r.second - r.first) * page_bytes));
     }
-  return issue(c, batch, static_cast<cudaStream_t>(stream));
+  return issue(c, batch, static_cast<size_t>(max_batch), n_streams, streams);
 }
 
 // One cudaMemcpy2DAsync per (component, page): `height` layers of page_bytes, layers spitch /
