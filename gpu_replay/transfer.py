@@ -73,7 +73,23 @@ class KVTransfer:
             from gpu_replay.transfer_cuda import CxxCopyTransfer
 
             return CxxCopyTransfer(
-                host, dev, mode=self.impl.removeprefix("cxx_"), merge=options.get("merge", True)
+                host,
+                dev,
+                mode=self.impl.removeprefix("cxx_"),
+                merge=options.get("merge", True),
+                streams=options.get("streams", 1),
+                max_batch=options.get("max_batch", 0),
+            )
+        if self.impl == "cxx":
+            from gpu_replay.transfer_cuda import HybridCxxTransfer
+
+            return HybridCxxTransfer(
+                host,
+                dev,
+                fraction=options.get("dma_fraction", 0.5),
+                config=options.get("config"),
+                streams=options.get("streams", 1),
+                max_batch=options.get("max_batch", 0),
             )
         if self.io_backend == "hybrid":
             from gpu_replay.transfer_hybrid import HybridTransfer
