@@ -39,7 +39,7 @@ PAIRS = (
     ("layer_first", "hybrid"),
     ("page_first_direct", "hybrid"),
 )
-FAMILIES = ("triton", "cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx")
+FAMILIES = ("triton", "cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged")
 
 
 def _family(name: str) -> str:
@@ -52,7 +52,7 @@ class CudaBench(base.Bench):
         self.results = {"bulk": [], "per_layer": [], "overlap": [], "errors": []}
         self.rows_cfgs = {
             f"cuda[b{b}u{u}s{s}]": CudaConfig(blocks_per_sm=b, unroll=u, streaming=bool(s))
-            for b in (2, 4, 8)
+            for b in (4, 8, 16)
             for u in (8, 16)
             for s in (0, 1)
         }
@@ -61,7 +61,7 @@ class CudaBench(base.Bench):
             for c, st, b in ((32768, 4, 1), (32768, 6, 1), (16384, 4, 2), (8192, 8, 2))
         }
         # (streams, max_batch) of the C++-issued copy engines
-        self.ce_shapes = ((1, 0), (1, 256), (2, 0), (2, 256), (4, 128))
+        self.ce_shapes = ((1, 0), (1, 256), (2, 128), (2, 256), (2, 512), (3, 256), (4, 128))
 
     def variants(self, layout: str, backend: str, *, bulk: bool) -> dict[str, KVTransfer]:
         host, out = self.hosts[layout], {}
@@ -78,6 +78,10 @@ class CudaBench(base.Bench):
                 for st, mb in ((1, 0), (2, 256)):
                     opts = {"dma_fraction": f, "config": rows, "streams": st, "max_batch": mb}
                     add(f"cxx[f{f}s{st}mb{mb}]", host, self.dev, "hybrid", "cxx", **opts)
+            if bulk and layout == "page_first_direct":
+                for rp, sl in ((8, 3), (16, 2), (16, 3), (32, 3), (64, 2)):
+                    opts = {"ring_pages": rp, "slots": sl, "config": rows}
+                    add(f"staged[r{rp}x{sl}]", host, self.dev, "hybrid", "staged", **opts)
             return out
         if backend == "direct":
             for st, mb in self.ce_shapes:
@@ -148,21 +152,23 @@ class CudaBench(base.Bench):
         t_attn = statistics.median(base._time(attn, 10))
         host = self.hosts["layer_first"]
         cases = {
-            "cxx_batch": ("direct", "cxx_batch", None),
-            "cxx_loop": ("direct", "cxx_loop", None),
-            "triton[32x16w4]": ("kernel", "triton", KernelConfig(programs=32, tok=16)),
+            "cxx_batch[s1mb0]": ("direct", "cxx_batch", {}),
+            "cxx_batch[s2mb256]": ("direct", "cxx_batch", {"streams": 2, "max_batch": 256}),
+            "triton[32x16w4]": ("kernel", "triton", {"config": KernelConfig(programs=32, tok=16)}),
         }
-        for g in (16, 32, 66):
-            cases[f"cuda[g{g}u8s1]"] = ("kernel", "cuda", CudaConfig(grid=g, unroll=8))
-            cases[f"cuda_bulk[g{g}c32ks4]"] = (
+        for g in (16, 32, 48):
+            cases[f"cuda[g{g}u8s1]"] = ("kernel", "cuda", {"config": CudaConfig(grid=g, unroll=8)})
+            cases[f"cuda[g{g}u16s0]"] = (
                 "kernel",
-                "cuda_bulk",
-                CudaConfig(grid=g, chunk=32768, stages=4),
+                "cuda",
+                {"config": CudaConfig(grid=g, unroll=16, streaming=False)},
             )
-        for name, (backend, impl, cfg) in cases.items():
+        for g in (16, 32):
+            cases[f"cxx[f0.7g{g}]"] = ("hybrid", "cxx", {"config": CudaConfig(grid=g), "dma_fraction": 0.7})
+        for name, (backend, impl, opts) in cases.items():
             hi, di = self.indices(n_pages, backend)
             try:
-                mover = KVTransfer(host, self.dev, backend, impl, **({"config": cfg} if cfg else {}))
+                mover = KVTransfer(host, self.dev, backend, impl, **opts)
             except Exception as exc:  # noqa: BLE001
                 self.results["errors"].append(f"overlap {name}: {type(exc).__name__}: {exc}")
                 continue

@@ -14,7 +14,8 @@ Implementations per backend:
   "cxx_loop" / "cxx_batch" / "cxx_pitched" (the same copies planned and issued in C++);
 - hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
   beside the Triton kernel for the rest, or ("cxx") C++-issued batches beside the nvcc-built row
-  kernel; indices on the CPU.
+  kernel; ("staged") all-layer pages through a bounded device ring (row kernel + one copy-engine
+  copy per page and component, page_first_direct); indices on the CPU.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ __all__ = ["IMPLS", "KVTransfer"]
 IMPLS = {
     "kernel": ("reference", "triton", "triton_tma", "cuda", "cuda_bulk"),
     "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched"),
-    "hybrid": ("pitched", "batch", "cxx"),
+    "hybrid": ("pitched", "batch", "cxx", "staged"),
 }
 
 
@@ -80,6 +81,11 @@ class KVTransfer:
                 streams=options.get("streams", 1),
                 max_batch=options.get("max_batch", 0),
             )
+        if self.impl == "staged":
+            from gpu_replay.transfer_staged import StagedTransfer
+
+            keys = ("ring_pages", "slots", "config")
+            return StagedTransfer(host, dev, **{k: options[k] for k in keys if k in options})
         if self.impl == "cxx":
             from gpu_replay.transfer_cuda import HybridCxxTransfer
 

@@ -53,7 +53,7 @@ COMBOS = [
     ("layer_first", "hybrid", "cxx"),
     ("page_first_direct", "hybrid", "cxx"),
 ]
-NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx")
+NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged")
 
 
 def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
@@ -146,7 +146,7 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, c
             _bits(t).fill_(POISON)
         uses_triton = impl.startswith("triton") or backend == "hybrid"
         kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
-        if impl in ("cuda", "cuda_bulk", "cxx"):
+        if impl in ("cuda", "cuda_bulk", "cxx", "staged"):
             kwargs = {"config": config or _small_cuda_config(impl)}
         kwargs |= extra or {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
@@ -302,3 +302,22 @@ def test_cxx_copies_on_several_streams(layout, backend, impl, direction):
     """Copies split over 3 issuing threads and streams, batches of at most 3 copies."""
     extra = {"streams": 3, "max_batch": 3, "dma_fraction": 0.6}
     _run_case(layout, backend, impl, direction, "all", "cuda", seed=9, extra=extra)
+
+
+def test_staged_transfer_refuses_layer_first():
+    geo = _geo()
+    with pytest.raises(ValueError, match="page_first_direct"):
+        KVTransfer(
+            build_host_pool(geo, "layer_first", pin=False), build_device_pool(geo, "cpu"), "hybrid", "staged"
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("ring_pages,slots", [(2, 2), (3, 3), (16, 2)])
+def test_staged_ring_transfers(direction, ring_pages, slots):
+    """Ring slots reused several times within one transfer (and a ring larger than it)."""
+    extra = {"ring_pages": ring_pages, "slots": slots}
+    for seed in (3, 4):
+        _run_case("page_first_direct", "hybrid", "staged", direction, "all", "cuda", seed=seed, extra=extra)
