@@ -14,7 +14,8 @@ from simulator.swa_window import free_out_of_window_0523, free_out_of_window_leg
 
 SWA_EVICTION: Registry = Registry("SWA eviction")
 
-DEFAULT_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+SWA_EVICTION_INTERVAL = 128
+"""``SGLANG_SWA_EVICTION_INTERVAL``'s default (srt/environ.py), the one definition kvplan uses."""
 
 
 @dataclass
@@ -108,7 +109,7 @@ class IterationEviction(SWAEvictionPolicy):
 
     name = "iteration"
 
-    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: int = SWA_EVICTION_INTERVAL) -> None:
         self.interval = max(1, interval)
 
     def on_decode(self, req, ctx: DecodeContext) -> int:
@@ -133,7 +134,7 @@ class IntervalEviction(SWAEvictionPolicy):
 
     name = "interval"
 
-    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: int = SWA_EVICTION_INTERVAL) -> None:
         self.interval = max(1, interval)
 
     def on_decode(self, req, ctx: DecodeContext) -> int:

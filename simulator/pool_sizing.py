@@ -25,6 +25,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from policies.swa_eviction import SWA_EVICTION_INTERVAL
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.models import ModelSpec
@@ -40,8 +41,6 @@ __all__ = [
 ]
 
 GIB = 1 << 30
-# env SGLANG_SWA_EVICTION_INTERVAL default (environ.py).
-SWA_EVICTION_INTERVAL = 128
 # env SGLANG_VLM_CACHE_SIZE_MB default (environ.py), reserved out of the KV budget for VLMs.
 VLM_CACHE_SIZE_MB = 100
 # pool_host/base.py::HICACHE_HOST_MEMORY_RESERVE_BYTES.

@@ -46,6 +46,7 @@ from hypothesis import HealthCheck, given, settings
 from oracle_harness import (
     CHECKPOINTS,
     REPO_ROOT,
+    SGLANG_EVICTION_POLICIES,
     SIZE_KEYS,
     VERSIONS,
     OracleProcess,
@@ -68,6 +69,8 @@ from workload_gen import (
     check_feasible,
     workloads_for_page,
 )
+
+from policies.eviction_order import EVICTION_ORDERS
 
 pytestmark = pytest.mark.oracle
 
@@ -129,10 +132,12 @@ def oracle_process() -> Iterator[Callable[[str], OracleProcess]]:
 def oracle_worker(
     oracle_process: Callable[[str], OracleProcess],
 ) -> Callable[..., OracleWorker]:
-    """``get(version, setting, tree_core="rust")``: an :class:`OracleWorker` for one pool setting
-    on the shared process of its version."""
+    """``get(version, setting, tree_core="rust", eviction_policy="lru")``: an
+    :class:`OracleWorker` for one pool setting on the shared process of its version."""
 
-    def get(version: str, setting: PoolSetting, tree_core: str = "rust") -> OracleWorker:
+    def get(
+        version: str, setting: PoolSetting, tree_core: str = "rust", eviction_policy: str = "lru"
+    ) -> OracleWorker:
         return OracleWorker(
             version,
             setting.page_size,
@@ -141,6 +146,7 @@ def oracle_worker(
             setting.window,
             max_context_len=setting.max_context_len,
             tree_core=tree_core,
+            eviction_policy=eviction_policy,
             process=oracle_process(version),
         )
 
@@ -495,3 +501,89 @@ def test_oracle_paths_resolve() -> None:
     assert oracle_dir().name == "oracle"
     for version in VERSIONS:
         assert oracle_python(version).parts[-3] in ("venv", "venv015")
+
+
+# --------------------------------------------------------------------------- eviction orders
+SGLANG_ORDERS = [name for name in EVICTION_ORDERS.names() if name in SGLANG_EVICTION_POLICIES]
+"""Every registered order SGLang also has: each is checked against SGLang's own tree. The
+others (kvplan's own, e.g. ``window-aware``) have hand-computed scenarios in
+tests/test_eviction_orders.py, which also fails if a registered order has neither."""
+ORDER_PAGES = (1, 16, 64)
+LRU_EQUIVALENT_HERE = {
+    "lru": "itself",
+    "priority": "the oracle's workloads carry no request priority, so every key ties on it",
+    "tlru": "SGLang's default threshold and next-prompt estimate (0, 0) make no leaf TEL-safe",
+}
+"""Orders whose victims on the oracle's workloads are LRU's by construction; every other order
+must change SGLang's records in some page-1 example."""
+
+
+def test_sglang_eviction_policy_list_is_current(oracle_worker: Callable[..., OracleWorker]) -> None:
+    """SGLang names its orders when refusing an unknown one: the list must be ours."""
+    _require_oracle("0.5.23")
+    worker = oracle_worker("0.5.23", SETTINGS[1][0], eviction_policy="no-such-policy")
+    response = worker.run_raw([("a", [1, 2, 3], [4])])
+    assert not response["ok"]
+    supported = str(response["error"]).split("Supported policies:")[1]
+    assert sorted(x.strip(" '.") for x in supported.split(",")) == sorted(SGLANG_EVICTION_POLICIES)
+
+
+@pytest.mark.parametrize("page_size", ORDER_PAGES)
+@pytest.mark.parametrize("order", SGLANG_ORDERS)
+def test_eviction_order_matches_sglang(
+    order: str, page_size: int, oracle_worker: Callable[..., OracleWorker], record_property: Any
+) -> None:
+    """kvplan's unified tree with ``--radix-eviction-policy ORDER`` equals SGLang 0.5.23's
+    ``UnifiedRadixCache(eviction_policy=ORDER)`` request by request, on workloads whose FULL
+    pool is small enough that FULL leaves are evicted (asserted, so the test cannot pass
+    without running the order). Also counts examples where ORDER's victims change SGLang's
+    records compared with LRU's, to show the orders are told apart."""
+    _require_oracle("0.5.23")
+    config_cls, replay_requests = _load_replay()
+    tally = Tally(config=f"order-{order}-page{page_size}")
+    n = _env_int("KVPLAN_ORACLE_ORDER_EXAMPLES", 12)
+
+    @settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        s = wl.setting
+        oracle = _oracle_run(oracle_worker("0.5.23", s, eviction_policy=order), wl, f"order-{order}")
+        _check_oracle_result(oracle, wl)
+        cfg = config_cls(
+            page_size=s.page_size,
+            full_tokens=s.full_tokens,
+            swa_tokens=s.swa_tokens,
+            window=s.window,
+            eviction_policy=order,
+            check_invariants=True,
+        )
+        result = replay_requests(wl.replay_requests(), cfg)
+        diffs = compare_records(oracle["requests"], result.records) + compare_extras(oracle, result)
+        if diffs:
+            path = _save_failure(wl, f"order-{order}")
+            rerun = oracle_command_line("0.5.23", path, oracle_worker("0.5.23", s, eviction_policy=order))
+            raise AssertionError(
+                f"kvplan --radix-eviction-policy {order} != SGLang on {wl.summary()}\n  "
+                + "\n  ".join(diffs)
+                + f"\noracle: {rerun}"
+            )
+        tally.add_oracle(wl, oracle)
+        tally.counts["full_leaves_deleted_kvplan"] += result.counters["leaves_deleted"]
+        if order != "lru" and oracle["evictions"]["full_evicted"] > 0:
+            lru = _oracle_run(oracle_worker("0.5.23", s), wl, "order-lru")
+            tally.counts["differs_from_lru"] += lru["requests"] != oracle["requests"]
+
+    check()
+    tally.report(record_property)
+    assert tally.counts["with_full_eviction"] > 0, f"FULL eviction never bound: {tally.summary()}"
+    assert tally.counts["full_leaves_deleted_kvplan"] > 0
+    if page_size == 1 and order not in LRU_EQUIVALENT_HERE:
+        assert tally.counts["differs_from_lru"] > 0, (
+            f"{order} never changed SGLang's victims: {tally.summary()}"
+        )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from policies.swa_eviction import SWA_EVICTION_INTERVAL
+
 
 @dataclass(frozen=True)
 class SimConfig:
@@ -33,7 +35,7 @@ class SimConfig:
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"
     tombstone: str = "unified"
-    swa_eviction_interval: int = 128
+    swa_eviction_interval: int = SWA_EVICTION_INTERVAL
     # --- cost model -----------------------------------------------------------------------
     profile: str | None = None  # calibration profile JSON path
     # --- workload timing (open loop) -------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+from policies.tombstone import check_eviction_order
 from simulator.errors import KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.legacy import LegacySWARadixTree
@@ -345,6 +346,7 @@ class LegacySWACache(SWARadixCache):
 
 def make_cache(tombstone_policy, allocator: SWAKVAllocator, window: int, eviction_order):
     """Build the controller for a tombstoning policy (``policies.tombstone``)."""
+    check_eviction_order(tombstone_policy, eviction_order.name)
     if tombstone_policy.generation == "unified":
         return UnifiedSWACache(allocator, window, eviction_order)
     if tombstone_policy.generation == "legacy":

@@ -88,6 +88,8 @@ class UnifiedSWARadixTree:
         # one heap across calls: a stale entry always undercuts its node's true key, so popping
         # and re-pushing stale entries yields the same victims as SGLang's per-call heap.
         self._lazy_heap = bool(getattr(eviction_order, "monotone", False))
+        # Orders that key on branch depth (tlru) are told of every node added, split or deleted.
+        self._depth_hooks = bool(getattr(eviction_order, "tracks_depth", False))
         self._leaf_heap: list = []
         self.full_evictable = 0
         self.full_protected = 0
@@ -151,6 +153,7 @@ class UnifiedSWARadixTree:
                 heapq.heapreplace(heap, (true_key, node))
                 continue
             heapq.heappop(heap)
+            self.eviction_order.on_evicted(key[0])
             return node
         return None
 
@@ -198,6 +201,8 @@ class UnifiedSWARadixTree:
             # the inherited prefix sits just behind its child in the SWA LRU
             self.swa_lru.insert_after(child, new)
         child.last_access_time = self._tick()
+        if self._depth_hooks:
+            self.eviction_order.on_split(new, child)
         self._update_leaf(new)
         self._update_leaf(child)
         return new
@@ -425,6 +430,8 @@ class UnifiedSWARadixTree:
             leaf = self._new_node(rem, length, priority)
             leaf.parent = node
             node.children[rem.item(0)] = leaf
+            if self._depth_hooks:
+                self.eviction_order.on_node_added(leaf, node)
             self.full_evictable += length
             self._update_leaf(leaf)
             self._update_leaf(node)
@@ -476,6 +483,8 @@ class UnifiedSWARadixTree:
         parent = node.parent
         del parent.children[node.key.item(0)]
         node.parent = None
+        if self._depth_hooks:
+            self.eviction_order.on_deleted(node)
         self._update_leaf(parent)
         self.counters.leaves_deleted += 1
         # _iteratively_delete_tombstone_ancestors stops at once: the parent keeps FULL.
