@@ -6,6 +6,8 @@ import numpy as np
 import pytest
 import simpy
 
+from policies.swa_eviction import SWA_EVICTION
+from policies.tombstone import TOMBSTONING
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel, ServerPools
@@ -83,10 +85,7 @@ POOLS = [
 
 
 @pytest.mark.parametrize("pools", POOLS, ids=["page64", "page1"])
-@pytest.mark.parametrize(
-    "tombstone,swa",
-    [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window"), ("legacy", "none")],
-)
+@pytest.mark.parametrize("tombstone,swa", [(t, s) for t in TOMBSTONING.names() for s in SWA_EVICTION.names()])
 def test_fast_forward_is_exact(pools, tombstone, swa):
     base = dict(tombstone=tombstone, swa_eviction=swa)
     # long decodes cross many window-eviction triggers and page boundaries inside one jump
