@@ -307,6 +307,7 @@ class OracleWorker:
     tree_core: str = "rust"
     sanity_check: bool = False
     eviction_policy: str = "lru"
+    eviction_policy_config: dict[str, Any] | None = None  # SGLang's --radix-eviction-policy-config
     process: OracleProcess | None = None
     _owns_process: bool = field(default=False, init=False, repr=False)
 
@@ -316,7 +317,7 @@ class OracleWorker:
             self._owns_process = True
         elif self.process.version != self.version:
             raise ValueError(f"process runs {self.process.version}, worker wants {self.version}")
-        if self.eviction_policy != "lru" and self.version != "0.5.23":
+        if (self.eviction_policy != "lru" or self.eviction_policy_config) and self.version != "0.5.23":
             raise ValueError(
                 f"sglang {self.version}'s driver has no --eviction-policy (its tree is LRU only)"
             )
@@ -354,7 +355,7 @@ class OracleWorker:
     def run_raw(self, requests: Iterable[Any]) -> dict[str, Any]:
         """The worker's raw answer for one workload (``ok`` false on a workload error)."""
         assert self.process is not None
-        return self.process.request({"requests": normalize_requests(requests), "args": self.driver_args})
+        return self.process.request({"requests": normalize_requests(requests), **self._message_options()})
 
     def run(self, requests: Iterable[Any]) -> dict[str, Any]:
         """Serve one workload on a fresh cache; raise :class:`OracleWorkloadError` if it fails.
@@ -367,8 +368,14 @@ class OracleWorker:
         """Like :meth:`run` for a JSONL file the worker reads itself (large workloads: no
         megabytes through the pipe)."""
         assert self.process is not None
-        response = self.process.request({"workload": str(Path(path).resolve()), "args": self.driver_args})
+        response = self.process.request({"workload": str(Path(path).resolve()), **self._message_options()})
         return self._unwrap(response)
+
+    def _message_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"args": self.driver_args}
+        if self.eviction_policy_config:
+            options["eviction_policy_config"] = dict(self.eviction_policy_config)
+        return options
 
     @staticmethod
     def _unwrap(response: dict[str, Any]) -> dict[str, Any]:

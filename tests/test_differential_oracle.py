@@ -136,7 +136,11 @@ def oracle_worker(
     :class:`OracleWorker` for one pool setting on the shared process of its version."""
 
     def get(
-        version: str, setting: PoolSetting, tree_core: str = "rust", eviction_policy: str = "lru"
+        version: str,
+        setting: PoolSetting,
+        tree_core: str = "rust",
+        eviction_policy: str = "lru",
+        eviction_policy_config: dict[str, Any] | None = None,
     ) -> OracleWorker:
         return OracleWorker(
             version,
@@ -147,6 +151,7 @@ def oracle_worker(
             max_context_len=setting.max_context_len,
             tree_core=tree_core,
             eviction_policy=eviction_policy,
+            eviction_policy_config=eviction_policy_config,
             process=oracle_process(version),
         )
 
@@ -587,3 +592,64 @@ def test_eviction_order_matches_sglang(
         assert tally.counts["differs_from_lru"] > 0, (
             f"{order} never changed SGLang's victims: {tally.summary()}"
         )
+
+
+@pytest.mark.parametrize("page_size", ORDER_PAGES)
+def test_tlru_with_a_tail_budget_matches_sglang(
+    page_size: int, oracle_worker: Callable[..., OracleWorker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLRU with SGLang's ``threshold`` / ``next_prompt_estimate`` set (passed to
+    ``CacheInitParams.eviction_policy_config``): TEL-safe leaves go first. A leaf at its branch's
+    deepest point is safe when it is at most ``threshold - next_prompt_estimate`` tokens long,
+    so the budget below makes some leaves safe and some not; SGLang's records must change
+    compared with LRU in some example, and kvplan's ``TLRU`` must follow them exactly."""
+    _require_oracle("0.5.23")
+    config_cls, replay_requests = _load_replay()
+    tlru = {"threshold": 200, "next_prompt_estimate": 40}
+    import simulator.cache_replay as cache_replay
+
+    class Configured:  # the registry, with TLRU built from ``tlru``
+        def create(self, name: str, **kwargs: Any) -> Any:
+            return EVICTION_ORDERS.create(name, **(tlru if name == "tlru" else {}), **kwargs)
+
+    monkeypatch.setattr(cache_replay, "EVICTION_ORDERS", Configured())
+    counts: Counter[str] = Counter()
+
+    @settings(
+        max_examples=_env_int("KVPLAN_ORACLE_ORDER_EXAMPLES", 12),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        s = wl.setting
+        worker = oracle_worker("0.5.23", s, eviction_policy="tlru", eviction_policy_config=tlru)
+        oracle = _oracle_run(worker, wl, "order-tlru-budget")
+        _check_oracle_result(oracle, wl)
+        cfg = config_cls(
+            page_size=s.page_size,
+            full_tokens=s.full_tokens,
+            swa_tokens=s.swa_tokens,
+            window=s.window,
+            eviction_policy="tlru",
+            check_invariants=True,
+        )
+        result = replay_requests(wl.replay_requests(), cfg)
+        diffs = compare_records(oracle["requests"], result.records) + compare_extras(oracle, result)
+        if diffs:
+            path = _save_failure(wl, "order-tlru-budget")
+            raise AssertionError(
+                f"kvplan tlru {tlru} != SGLang on {wl.summary()}\n  " + "\n  ".join(diffs) + f"\n{path}"
+            )
+        if oracle["evictions"]["full_evicted"] > 0:
+            counts["with_full_eviction"] += 1
+            lru = _oracle_run(oracle_worker("0.5.23", s), wl, "order-lru")
+            counts["differs_from_lru"] += lru["requests"] != oracle["requests"]
+
+    check()
+    print(f"\n[tlru budget page {page_size}] {dict(counts)}")
+    assert counts["with_full_eviction"] > 0
+    if page_size == 1:
+        assert counts["differs_from_lru"] > 0, dict(counts)
