@@ -23,6 +23,7 @@ class EvictionOrder(ABC):
 
     name = "base"
     monotone = False
+    tracks_depth = False  # True: the tree calls on_node_added / on_split / on_deleted
 
     @abstractmethod
     def priority(self, node, tree) -> float | tuple:
@@ -94,6 +95,51 @@ class SLRU(EvictionOrder):
 
     def priority(self, node, tree):
         return (node.hit_count >= self.protected_threshold, node.last_access_time)
+
+
+@EVICTION_ORDERS.register("tlru", "tail-optimized LRU: TEL-safe leaves first, then LRU (SGLang TLRUStrategy)")
+class TLRU(EvictionOrder):
+    """Tail-Optimized LRU (Zhang et al., arXiv:2510.15152), as SGLang 0.5.23 keys it.
+
+    A branch whose deepest insert reached ``L`` tokens (its high-water mark, kept after its tail
+    is evicted) needs only ``L + next_prompt_estimate - threshold`` tokens cached to meet the TTFT
+    budget; a leaf whose ancestors already cover that is "TEL-safe" and goes first, then LRU.
+    SGLang: evict_policy.py ``TLRUStrategy``; the depths follow unified_tree_core.py
+    ``_set_tlru_lens_and_raise_history`` (new nodes) and ``_split_node`` (splits). Depths live on
+    this instance, keyed by node id, so the tree tells it of every node added, split or deleted.
+    """
+
+    name = "tlru"
+    tracks_depth = True
+
+    def __init__(self, threshold: int = 0, next_prompt_estimate: int = 0) -> None:
+        self.threshold = threshold
+        self.next_prompt_estimate = next_prompt_estimate
+        self.cached_len: dict[int, int] = {}  # path depth at the node's end (0 for the root)
+        self.history_len: dict[int, int] = {}  # deepest insert ever below the node
+
+    def on_node_added(self, node, parent) -> None:
+        depth = self.cached_len.get(parent.id, 0) + node.length
+        self.cached_len[node.id] = depth
+        self.history_len[node.id] = max(self.history_len.get(node.id, 0), depth)
+        x = parent
+        while x is not None and self.history_len.get(x.id, 0) < depth:
+            self.history_len[x.id] = depth
+            x = x.parent
+
+    def on_split(self, new, child) -> None:
+        # a split adds no depth: the upper part inherits the branch's high-water mark
+        self.cached_len[new.id] = self.cached_len.get(new.parent.id, 0) + new.length
+        self.history_len[new.id] = self.history_len.get(child.id, 0)
+
+    def on_deleted(self, node) -> None:
+        self.cached_len.pop(node.id, None)
+        self.history_len.pop(node.id, None)
+
+    def priority(self, node, tree):
+        budget = max(self.history_len.get(node.id, 0) + self.next_prompt_estimate - self.threshold, 0)
+        tel_safe = self.cached_len.get(node.id, 0) - node.length >= budget
+        return (-1 if tel_safe else 0, node.last_access_time)
 
 
 @EVICTION_ORDERS.register(

@@ -32,15 +32,19 @@ class Registry(Generic[T]):
 
         return deco
 
-    def create(self, name: str, **kwargs) -> T:
-        """A fresh instance: policies keep no global state, so two caches never interfere."""
+    def factory(self, name: str) -> Callable[..., T]:
+        """The registered factory of ``name`` (e.g. to read its parameters); unknown names are
+        a ConfigError listing the valid ones."""
         try:
-            factory = self._factories[name]
+            return self._factories[name]
         except KeyError:
             raise ConfigError(
                 f"unknown {self.family} policy {name!r}; choose one of: {', '.join(self.names())}"
             ) from None
-        return factory(**kwargs)
+
+    def create(self, name: str, **kwargs) -> T:
+        """A fresh instance: policies keep no global state, so two caches never interfere."""
+        return self.factory(name)(**kwargs)
 
     def names(self) -> list[str]:
         return sorted(self._factories)

@@ -14,7 +14,8 @@ from simulator.swa_window import free_out_of_window_0523, free_out_of_window_leg
 
 SWA_EVICTION: Registry = Registry("SWA eviction")
 
-DEFAULT_INTERVAL = 128  # SGLANG_SWA_EVICTION_INTERVAL
+SWA_EVICTION_INTERVAL = 128
+"""``SGLANG_SWA_EVICTION_INTERVAL``'s default (srt/environ.py), the one definition kvplan uses."""
 
 
 @dataclass
@@ -108,7 +109,7 @@ class IterationEviction(SWAEvictionPolicy):
 
     name = "iteration"
 
-    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: int = SWA_EVICTION_INTERVAL) -> None:
         self.interval = max(1, interval)
 
     def on_decode(self, req, ctx: DecodeContext) -> int:
@@ -133,7 +134,7 @@ class IntervalEviction(SWAEvictionPolicy):
 
     name = "interval"
 
-    def __init__(self, interval: int = DEFAULT_INTERVAL) -> None:
+    def __init__(self, interval: int = SWA_EVICTION_INTERVAL) -> None:
         self.interval = max(1, interval)
 
     def on_decode(self, req, ctx: DecodeContext) -> int:
@@ -176,15 +177,12 @@ class IntervalEviction(SWAEvictionPolicy):
         return events
 
 
-def make_swa_eviction(name: str, *, interval: int = DEFAULT_INTERVAL) -> SWAEvictionPolicy:
+def make_swa_eviction(name: str, *, interval: int = SWA_EVICTION_INTERVAL) -> SWAEvictionPolicy:
     """The registered SWA-eviction policy ``name``, given those of the run's policy parameters
     its constructor takes (``interval``: the iteration and interval policies). The one place
     that maps a configuration to policy arguments, so no caller special-cases policy names."""
     import inspect
 
     offered = {"interval": interval}
-    factory = SWA_EVICTION._factories.get(name)
-    if factory is None:
-        return SWA_EVICTION.create(name)  # ConfigError naming the registered policies
-    takes = inspect.signature(factory).parameters
+    takes = inspect.signature(SWA_EVICTION.factory(name)).parameters
     return SWA_EVICTION.create(name, **{k: v for k, v in offered.items() if k in takes})

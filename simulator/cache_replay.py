@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from policies.eviction_order import EVICTION_ORDERS
-from policies.swa_eviction import DecodeContext, make_swa_eviction
+from policies.swa_eviction import SWA_EVICTION_INTERVAL, DecodeContext, make_swa_eviction
 from policies.tombstone import TOMBSTONING
 from simulator.errors import ConfigError
 from simulator.invariants import check_invariants
@@ -35,7 +35,7 @@ class CacheReplayConfig:
     swa_eviction: str = "interval"
     tombstone: str = "unified"
     eviction_policy: str = "lru"
-    swa_eviction_interval: int = 128
+    swa_eviction_interval: int = SWA_EVICTION_INTERVAL
     check_invariants: bool = False
     # Where ``after_prefill_checkpoint`` is read: the 0.5.23 oracle driver reads it inside the
     # prefill result's free group (frees not yet returned), the 0.5.15 driver after it. None

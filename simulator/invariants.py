@@ -21,11 +21,19 @@ class InvariantViolation(InternalError):
 
 
 def collect_violations(cache, running: Iterable = ()) -> list[str]:
+    """Every violated invariant of ``cache`` and its ``running`` requests, as readable lines."""
     tree = cache.tree
-    p = cache.page_size
     errors: list[str] = []
+    all_nodes, swa_nodes = _check_nodes(tree, cache.page_size, errors)
+    _check_lists(tree, all_nodes, swa_nodes, errors)
+    _check_pools(cache, running, errors)
+    return errors
+
+
+def _check_nodes(tree, p: int, errors: list[str]) -> tuple[set, set]:
+    """Items 1, 5 and 8: root, links, keys, lock counters and the four size ledgers.
+    Returns (every node but the root, the SWA-live ones)."""
     root = tree.root
-    # 1. root
     if root.parent is not None or root.full_lock <= 0:
         errors.append("root must be parentless with a positive FULL lock")
     full_ev = full_pr = swa_ev = swa_pr = 0
@@ -45,12 +53,10 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
         if x is root:
             continue
         all_nodes.add(x)
-        # 5. lock counters
         if x.full_lock < 0 or x.swa_lock < 0:
             errors.append(f"node {x.id}: negative lock")
         if x.full_lock < x.swa_lock:
             errors.append(f"node {x.id}: FULL lock {x.full_lock} < SWA lock {x.swa_lock}")
-        # 8. ledgers
         if x.full_lock > 0:
             full_pr += x.length
         else:
@@ -69,7 +75,12 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
     ):
         if got != want:
             errors.append(f"{name} ledger {got} != recomputed {want}")
-    # 7. the SWA LRU holds exactly the SWA-live nodes; no cycles
+    return all_nodes, swa_nodes
+
+
+def _check_lists(tree, all_nodes: set, swa_nodes: set, errors: list[str]) -> None:
+    """Items 6 and 7: the SWA LRU holds exactly the SWA-live nodes (no cycles); the unified D-leaf
+    set or the legacy FULL LRU is exact."""
     in_lru = set()
     for i, x in enumerate(tree.swa_lru.iter_mru()):
         if i > len(all_nodes) + 1:
@@ -79,7 +90,6 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
     if in_lru != swa_nodes or tree.swa_lru.size != len(swa_nodes):
         errors.append(f"SWA LRU membership: {len(in_lru)} listed vs {len(swa_nodes)} SWA-live nodes")
     if tree.generation == "unified":
-        # 6. D-leaf set is exact
         want_leaves = {x for x in all_nodes if not x.children and x.full_lock == 0 and x.swa_lock == 0}
         if tree.device_leaves != want_leaves:
             errors.append(f"D-leaf set: {len(tree.device_leaves)} listed vs {len(want_leaves)} actual leaves")
@@ -87,14 +97,18 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
         listed = set(tree.full_lru.iter_mru())
         if listed != all_nodes:
             errors.append(f"FULL LRU membership: {len(listed)} listed vs {len(all_nodes)} nodes")
-    # 10/11. pool conservation
+
+
+def _check_pools(cache, running: Iterable, errors: list[str]) -> None:
+    """Items 10, 11 and 13-15: pool conservation and each running request's aligned cursors."""
+    p = cache.page_size
+    tree = cache.tree
     a = cache.allocator
     priv_full = priv_swa = 0
     for req in running:
         f, s = cache.private_tokens(req)
         priv_full += f
         priv_swa += s
-        # 13, 14, 15
         if req.cache_protected_len % p:
             errors.append(f"{req.rid}: cache_protected_len {req.cache_protected_len} not page aligned")
         if req.swa_evicted_seqlen % p:
@@ -109,7 +123,6 @@ def collect_violations(cache, running: Iterable = ()) -> list[str]:
     swa_sum = a.swa_available_size() + tree.swa_evictable + tree.swa_protected + priv_swa
     if swa_sum != a.swa_capacity:
         errors.append(f"SWA conservation: {swa_sum} != capacity {a.swa_capacity}")
-    return errors
 
 
 def check_invariants(cache, running: Iterable = ()) -> None:

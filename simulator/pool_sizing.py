@@ -23,6 +23,7 @@ The simulator calls :func:`compute_pool_sizes` (GPU memory model) or
 
 from __future__ import annotations
 
+from policies.swa_eviction import SWA_EVICTION_INTERVAL
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.kv_geometry import GIB
@@ -45,9 +46,6 @@ __all__ = [
     "compute_pool_sizes_from_budget",
     "plan_gpu_memory",
 ]
-
-# env SGLANG_SWA_EVICTION_INTERVAL default (environ.py).
-SWA_EVICTION_INTERVAL = 128
 
 
 def compute_pool_sizes(model: ModelSpec, gpu: GpuSpec, server_args: ServerArgs) -> PoolSizes:

@@ -73,6 +73,11 @@ VERSIONS: dict[str, OracleVersion] = {
 """The versions under test, with the kvplan policies that claim to reproduce each."""
 
 
+SGLANG_EVICTION_POLICIES = ("lru", "lfu", "fifo", "mru", "filo", "priority", "slru", "tlru")
+"""The FULL eviction orders SGLang 0.5.23's tree takes (mem_cache/utils.py
+``_EVICTION_POLICY_FACTORIES``); ``test_sglang_eviction_policy_list_is_current`` asks the oracle."""
+
+
 class OracleError(RuntimeError):
     """The oracle process failed (could not start, died, or timed out)."""
 
@@ -301,6 +306,8 @@ class OracleWorker:
     max_reqs: int = 16
     tree_core: str = "rust"
     sanity_check: bool = False
+    eviction_policy: str = "lru"
+    eviction_policy_config: dict[str, Any] | None = None  # SGLang's --radix-eviction-policy-config
     process: OracleProcess | None = None
     _owns_process: bool = field(default=False, init=False, repr=False)
 
@@ -310,11 +317,16 @@ class OracleWorker:
             self._owns_process = True
         elif self.process.version != self.version:
             raise ValueError(f"process runs {self.process.version}, worker wants {self.version}")
+        if (self.eviction_policy != "lru" or self.eviction_policy_config) and self.version != "0.5.23":
+            raise ValueError(
+                f"sglang {self.version}'s driver has no --eviction-policy (its tree is LRU only)"
+            )
 
     @property
     def driver_args(self) -> dict[str, Any]:
         """The driver flags (argparse dest names) this configuration sends with each workload."""
-        return {
+        policy = {"eviction_policy": self.eviction_policy} if self.version == "0.5.23" else {}
+        return policy | {
             "page_size": self.page_size,
             "full_size": self.full_size,
             "swa_size": self.swa_size,
@@ -343,7 +355,7 @@ class OracleWorker:
     def run_raw(self, requests: Iterable[Any]) -> dict[str, Any]:
         """The worker's raw answer for one workload (``ok`` false on a workload error)."""
         assert self.process is not None
-        return self.process.request({"requests": normalize_requests(requests), "args": self.driver_args})
+        return self.process.request({"requests": normalize_requests(requests), **self._message_options()})
 
     def run(self, requests: Iterable[Any]) -> dict[str, Any]:
         """Serve one workload on a fresh cache; raise :class:`OracleWorkloadError` if it fails.
@@ -356,8 +368,14 @@ class OracleWorker:
         """Like :meth:`run` for a JSONL file the worker reads itself (large workloads: no
         megabytes through the pipe)."""
         assert self.process is not None
-        response = self.process.request({"workload": str(Path(path).resolve()), "args": self.driver_args})
+        response = self.process.request({"workload": str(Path(path).resolve()), **self._message_options()})
         return self._unwrap(response)
+
+    def _message_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {"args": self.driver_args}
+        if self.eviction_policy_config:
+            options["eviction_policy_config"] = dict(self.eviction_policy_config)
+        return options
 
     @staticmethod
     def _unwrap(response: dict[str, Any]) -> dict[str, Any]:
@@ -472,6 +490,7 @@ def oracle_command_line(version: str, workload: Path | str, worker: OracleWorker
         f"--swa-size {a['swa_size']} --window {a['window']} --max-context-len {a['max_context_len']} "
         f"--max-reqs {a['max_reqs']} --per-request"
         + (" --tree-core python" if a["tree_core"] == "python" and version == "0.5.23" else "")
+        + (f" --eviction-policy {a['eviction_policy']}" if a.get("eviction_policy", "lru") != "lru" else "")
     )
 
 

@@ -17,7 +17,9 @@ Protocol (JSON lines):
   driver flags for this workload only (``page_size``, ``full_size``, ``swa_size``, ``window``,
   ``max_context_len``, ``max_reqs``, ``tree_core``, ``sanity_check``, ...).  Inline requests are
   written to a temporary JSONL file and read back with the driver's own reader, so they are
-  validated exactly as the CLI validates them.
+  validated exactly as the CLI validates them.  0.5.23 only: optional
+  ``"eviction_policy_config": {kwarg: value}`` is passed to ``CacheInitParams`` (SGLang's
+  ``--radix-eviction-policy-config``; the driver has no flag for it), e.g. TLRU's ``threshold``.
 * answer: ``{"id", "ok": true, "result": <the driver's per-workload JSON>, "heals": N|null,
   "calls": {tree method: count}, "wall_s"}`` or ``{"id", "ok": false, "error_type", "error",
   "traceback"}``.  A workload that raises (e.g. the allocator's ``Out of memory``) yields an
@@ -38,6 +40,7 @@ pointed at stderr so that anything else printing to stdout (logging, the Rust co
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import os
@@ -178,6 +181,7 @@ def main(argv: list[str]) -> int:
     calls.install(own.driver)
     base_args = wl.parse_args(driver_flags)
     base_args.workload = None
+    init_params = getattr(driver, "CacheInitParams", None)
 
     def answer(obj: dict[str, Any]) -> None:
         proto.write(json.dumps(obj, separators=(",", ":")) + "\n")
@@ -217,6 +221,15 @@ def main(argv: list[str]) -> int:
                         for req in msg["requests"]:
                             f.write(json.dumps(req) + "\n")
                 args.workload = path
+                policy_config = msg.get("eviction_policy_config")
+                if policy_config and init_params is None:
+                    raise ValueError(f"{own.driver} takes no eviction_policy_config")
+                if init_params is not None:  # the driver builds its params through this name
+                    driver.CacheInitParams = (
+                        functools.partial(init_params, eviction_policy_config=policy_config)
+                        if policy_config
+                        else init_params
+                    )
                 specs, info = wl.load_requests(args)  # validates like the CLI
                 mark = len(sgl_stubs.TRITON_LAUNCH_ATTEMPTS)
                 result = driver.run(args, specs, info, triton_from=mark)

@@ -46,6 +46,7 @@ from hypothesis import HealthCheck, given, settings
 from oracle_harness import (
     CHECKPOINTS,
     REPO_ROOT,
+    SGLANG_EVICTION_POLICIES,
     SIZE_KEYS,
     VERSIONS,
     OracleProcess,
@@ -68,6 +69,8 @@ from workload_gen import (
     check_feasible,
     workloads_for_page,
 )
+
+from policies.eviction_order import EVICTION_ORDERS
 
 pytestmark = pytest.mark.oracle
 
@@ -129,10 +132,16 @@ def oracle_process() -> Iterator[Callable[[str], OracleProcess]]:
 def oracle_worker(
     oracle_process: Callable[[str], OracleProcess],
 ) -> Callable[..., OracleWorker]:
-    """``get(version, setting, tree_core="rust")``: an :class:`OracleWorker` for one pool setting
-    on the shared process of its version."""
+    """``get(version, setting, tree_core="rust", eviction_policy="lru")``: an
+    :class:`OracleWorker` for one pool setting on the shared process of its version."""
 
-    def get(version: str, setting: PoolSetting, tree_core: str = "rust") -> OracleWorker:
+    def get(
+        version: str,
+        setting: PoolSetting,
+        tree_core: str = "rust",
+        eviction_policy: str = "lru",
+        eviction_policy_config: dict[str, Any] | None = None,
+    ) -> OracleWorker:
         return OracleWorker(
             version,
             setting.page_size,
@@ -141,6 +150,8 @@ def oracle_worker(
             setting.window,
             max_context_len=setting.max_context_len,
             tree_core=tree_core,
+            eviction_policy=eviction_policy,
+            eviction_policy_config=eviction_policy_config,
             process=oracle_process(version),
         )
 
@@ -495,3 +506,188 @@ def test_oracle_paths_resolve() -> None:
     assert oracle_dir().name == "oracle"
     for version in VERSIONS:
         assert oracle_python(version).parts[-3] in ("venv", "venv015")
+
+
+# --------------------------------------------------------------------------- eviction orders
+SGLANG_ORDERS = [name for name in EVICTION_ORDERS.names() if name in SGLANG_EVICTION_POLICIES]
+"""Every registered order SGLang also has: each is checked against SGLang's own tree. The
+others (kvplan's own, e.g. ``window-aware``) have hand-computed scenarios in
+tests/test_eviction_orders.py, which also fails if a registered order has neither."""
+ORDER_PAGES = (1, 16, 64)
+KEEPS_THE_OLDEST = {"mru", "filo"}
+"""In :func:`test_sglang_orders_pick_different_victims`, the orders that evict the newest
+conversation and so keep the oldest one cached; every other SGLang order evicts the oldest (all
+keys there tie on hits and priority, and TLRU's default budget makes no leaf TEL-safe)."""
+
+
+def test_sglang_eviction_policy_list_is_current(oracle_worker: Callable[..., OracleWorker]) -> None:
+    """SGLang names its orders when refusing an unknown one: the list must be ours."""
+    _require_oracle("0.5.23")
+    worker = oracle_worker("0.5.23", SETTINGS[1][0], eviction_policy="no-such-policy")
+    response = worker.run_raw([("a", [1, 2, 3], [4])])
+    assert not response["ok"]
+    supported = str(response["error"]).split("Supported policies:")[1]
+    assert sorted(x.strip(" '.") for x in supported.split(",")) == sorted(SGLANG_EVICTION_POLICIES)
+
+
+@pytest.mark.parametrize("page_size", ORDER_PAGES)
+@pytest.mark.parametrize("order", SGLANG_ORDERS)
+def test_eviction_order_matches_sglang(
+    order: str, page_size: int, oracle_worker: Callable[..., OracleWorker], record_property: Any
+) -> None:
+    """kvplan's unified tree with ``--radix-eviction-policy ORDER`` equals SGLang 0.5.23's
+    ``UnifiedRadixCache(eviction_policy=ORDER)`` request by request, on workloads whose FULL
+    pool is small enough that FULL leaves are evicted (asserted, so the test cannot pass
+    without running the order). Also counts examples where ORDER's victims change SGLang's
+    records compared with LRU's, to show the orders are told apart."""
+    _require_oracle("0.5.23")
+    config_cls, replay_requests = _load_replay()
+    tally = Tally(config=f"order-{order}-page{page_size}")
+    n = _env_int("KVPLAN_ORACLE_ORDER_EXAMPLES", 12)
+
+    @settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        s = wl.setting
+        oracle = _oracle_run(oracle_worker("0.5.23", s, eviction_policy=order), wl, f"order-{order}")
+        _check_oracle_result(oracle, wl)
+        cfg = config_cls(
+            page_size=s.page_size,
+            full_tokens=s.full_tokens,
+            swa_tokens=s.swa_tokens,
+            window=s.window,
+            eviction_policy=order,
+            check_invariants=True,
+        )
+        result = replay_requests(wl.replay_requests(), cfg)
+        diffs = compare_records(oracle["requests"], result.records) + compare_extras(oracle, result)
+        if diffs:
+            path = _save_failure(wl, f"order-{order}")
+            rerun = oracle_command_line("0.5.23", path, oracle_worker("0.5.23", s, eviction_policy=order))
+            raise AssertionError(
+                f"kvplan --radix-eviction-policy {order} != SGLang on {wl.summary()}\n  "
+                + "\n  ".join(diffs)
+                + f"\noracle: {rerun}"
+            )
+        tally.add_oracle(wl, oracle)
+        tally.counts["full_leaves_deleted_kvplan"] += result.counters["leaves_deleted"]
+        if order != "lru" and oracle["evictions"]["full_evicted"] > 0:
+            lru = _oracle_run(oracle_worker("0.5.23", s), wl, "order-lru")
+            tally.counts["differs_from_lru"] += lru["requests"] != oracle["requests"]
+
+    check()
+    tally.report(record_property)
+    assert tally.counts["with_full_eviction"] > 0, f"FULL eviction never bound: {tally.summary()}"
+    assert tally.counts["full_leaves_deleted_kvplan"] > 0
+
+
+@pytest.mark.parametrize("page_size", ORDER_PAGES)
+def test_tlru_with_a_tail_budget_matches_sglang(
+    page_size: int, oracle_worker: Callable[..., OracleWorker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLRU with SGLang's ``threshold`` / ``next_prompt_estimate`` set (passed to
+    ``CacheInitParams.eviction_policy_config``): TEL-safe leaves go first. A leaf at its branch's
+    deepest point is safe when it is at most ``threshold - next_prompt_estimate`` tokens long,
+    so :data:`TLRU_BUDGET` makes some leaves safe and some not; kvplan's ``TLRU`` must follow
+    SGLang exactly. The tally counts examples whose records differ from LRU's; a difference is
+    pinned by hand in :func:`test_sglang_orders_pick_different_victims`."""
+    _require_oracle("0.5.23")
+    config_cls, replay_requests = _load_replay()
+    tlru = TLRU_BUDGET
+    _configure_tlru(monkeypatch, tlru)
+    counts: Counter[str] = Counter()
+
+    @settings(
+        max_examples=_env_int("KVPLAN_ORACLE_ORDER_EXAMPLES", 12),
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+    @given(wl=workloads_for_page(page_size))
+    def check(wl: Workload) -> None:
+        s = wl.setting
+        worker = oracle_worker("0.5.23", s, eviction_policy="tlru", eviction_policy_config=tlru)
+        oracle = _oracle_run(worker, wl, "order-tlru-budget")
+        _check_oracle_result(oracle, wl)
+        cfg = config_cls(
+            page_size=s.page_size,
+            full_tokens=s.full_tokens,
+            swa_tokens=s.swa_tokens,
+            window=s.window,
+            eviction_policy="tlru",
+            check_invariants=True,
+        )
+        result = replay_requests(wl.replay_requests(), cfg)
+        diffs = compare_records(oracle["requests"], result.records) + compare_extras(oracle, result)
+        if diffs:
+            path = _save_failure(wl, "order-tlru-budget")
+            raise AssertionError(
+                f"kvplan tlru {tlru} != SGLang on {wl.summary()}\n  " + "\n  ".join(diffs) + f"\n{path}"
+            )
+        if oracle["evictions"]["full_evicted"] > 0:
+            counts["with_full_eviction"] += 1
+            lru = _oracle_run(oracle_worker("0.5.23", s), wl, "order-lru")
+            counts["differs_from_lru"] += lru["requests"] != oracle["requests"]
+
+    check()
+    print(f"\n[tlru budget page {page_size}] {dict(counts)}")
+    assert counts["with_full_eviction"] > 0
+
+
+TLRU_BUDGET = {"threshold": 140, "next_prompt_estimate": 40}
+"""A tail budget of 100 tokens: a branch whose deepest insert reached L tokens needs L - 100
+cached, so a leaf is TEL-safe when the nodes above it hold at least that many."""
+
+
+def _configure_tlru(monkeypatch: pytest.MonkeyPatch, config: dict[str, int]) -> None:
+    """Make the cache replay build ``tlru`` with ``config`` (as SGLang's policy config does)."""
+    import simulator.cache_replay as cache_replay
+
+    class Configured:
+        def create(self, name: str, **kwargs: Any) -> Any:
+            return EVICTION_ORDERS.create(name, **(config if name == "tlru" else {}), **kwargs)
+
+    monkeypatch.setattr(cache_replay, "EVICTION_ORDERS", Configured())
+
+
+def test_sglang_orders_pick_different_victims(
+    oracle_worker: Callable[..., OracleWorker], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hand-built workload on which the orders must disagree, so the order tests above can
+    tell a wrong order from a right one. Page 1, W = 32, FULL pool 1024, SWA pool 1024 (no SWA
+    pressure). A, B, C: 150-token prompts (the tree keeps 150 each), then D: 370 tokens (fits:
+    1024 - 450 = 574 free), then E: 300 tokens, 96 short, so FULL eviction picks victims. Oldest
+    first (lru, fifo, ...) removes A's two nodes (32-token tail, then the 118-token rest: 150 >=
+    96); newest first (mru, filo) removes D's. Last, F = A's prompt plus one token: its prefix is
+    0 where A went and 150 where A stayed. TLRU with :data:`TLRU_BUDGET`: each 32-token tail sits
+    under enough cached tokens (118 >= 150 - 100, 338 >= 370 - 100) and is TEL-safe, each upper
+    part is not (0 above it); the tails go first, oldest first (A, B, C: 32 * 3 = 96), so A keeps
+    its 118-token upper part, which still holds live SWA: F's prefix is 118."""
+    _require_oracle("0.5.23")
+    config_cls, replay_requests = _load_replay()
+    setting = PoolSetting(name="orders", page_size=1, full_tokens=1024, swa_tokens=1024, window=32)
+    base = {"A": 1000, "B": 2000, "C": 3000, "D": 4000, "E": 5000}
+    lens = {"A": 150, "B": 150, "C": 150, "D": 370, "E": 300}
+    requests = [
+        {"rid": k, "input_ids": list(range(base[k], base[k] + lens[k])), "output_ids": [7]} for k in base
+    ]
+    requests.append({"rid": "F", "input_ids": list(range(1000, 1150)) + [9], "output_ids": [7]})
+    cases = [(order, None, 150 if order in KEEPS_THE_OLDEST else 0) for order in SGLANG_ORDERS]
+    cases.append(("tlru", TLRU_BUDGET, 118))
+    for order, config, want_f in cases:
+        oracle = oracle_worker("0.5.23", setting, eviction_policy=order, eviction_policy_config=config).run(
+            requests
+        )
+        assert oracle["evictions"]["full_evicted"] >= 96
+        assert [r["prefix_len"] for r in oracle["requests"]] == [0, 0, 0, 0, 0, want_f], (order, config)
+        _configure_tlru(monkeypatch, config or {})
+        cfg = config_cls(page_size=1, full_tokens=1024, swa_tokens=1024, window=32, eviction_policy=order)
+        result = replay_requests([(r["rid"], r["input_ids"], r["output_ids"]) for r in requests], cfg)
+        assert compare_records(oracle["requests"], result.records) == [], (order, config)

@@ -7,6 +7,8 @@ import pytest
 import simpy
 from controller_proxy import strict_controller  # noqa: F401
 
+from policies.swa_eviction import SWA_EVICTION
+from policies.tombstone import TOMBSTONING
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel, ServerPools
@@ -84,10 +86,7 @@ POOLS = [
 
 
 @pytest.mark.parametrize("pools", POOLS, ids=["page64", "page1"])
-@pytest.mark.parametrize(
-    "tombstone,swa",
-    [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window"), ("legacy", "none")],
-)
+@pytest.mark.parametrize("tombstone,swa", [(t, s) for t in TOMBSTONING.names() for s in SWA_EVICTION.names()])
 def test_fast_forward_is_exact(pools, tombstone, swa):
     base = dict(tombstone=tombstone, swa_eviction=swa)
     # long decodes cross many window-eviction triggers and page boundaries inside one jump

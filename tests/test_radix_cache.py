@@ -192,11 +192,24 @@ def test_config_rejects_swa_pool_smaller_than_window_plus_page():
         CacheReplayConfig(page_size=64, swa_tokens=192, window=128)
 
 
-@pytest.mark.parametrize("order", sorted(EVICTION_ORDERS.names()))
+def _honoured(tombstone: str, order: str) -> bool:
+    supported = TOMBSTONING.create(tombstone).eviction_orders
+    return supported is None or order in supported
+
+
 @pytest.mark.parametrize(
-    "tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("unified", "none")]
+    "order,tombstone,swa",
+    [
+        (order, tombstone, swa)
+        for order in EVICTION_ORDERS.names()
+        for tombstone in TOMBSTONING.names()
+        for swa in SWA_EVICTION.names()
+        if _honoured(tombstone, order)
+    ],
 )
 def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
+    """Every registered order on every tree generation that honours it, with every SWA-eviction
+    policy, on pools where both FULL and SWA eviction bind."""
     rng = np.random.default_rng(7)
     system = list(rng.integers(0, 50, 200))
     reqs, convs = [], [system + list(rng.integers(0, 50, 20)) for _ in range(3)]
@@ -207,8 +220,8 @@ def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
             convs[c] = convs[c] + out + list(rng.integers(0, 50, 10))
     cfg = CacheReplayConfig(
         page_size=4,
-        full_tokens=2400,
-        swa_tokens=700,
+        full_tokens=1200,
+        swa_tokens=1200 if swa == "none" else 700,  # without decode eviction SWA grows like FULL
         window=32,
         tombstone=tombstone,
         swa_eviction=swa,
@@ -216,15 +229,42 @@ def test_every_policy_combination_keeps_invariants(order, tombstone, swa):
         check_invariants=True,
     )
     res = replay_requests(reqs, cfg)
-    assert res.evictions["calls"] > 0
+    assert res.evictions["full_requested"] > 0 and res.evictions["full_evicted"] > 0  # the FULL pass ran
+    assert res.evictions["swa_evicted"] > 0
     assert len(res.records) == 9
 
 
+def test_unified_full_eviction_pass_frees_lru_leaves_then_their_parents():
+    """FULL pressure on the unified tree: ``FullComponent`` evicts D-leaves in LRU order, a leaf
+    freeing both pools (it holds SWA) and a parent joining the heap once childless.
+
+    Tree (page 1, W = 4, FULL pool 32): ``r0`` inserts 0..8 (9 tokens: an upper 5 + a 4-token
+    leaf, split for the SWA lock) and ``r1`` inserts 20..28 the same way; 32 - 18 = 14 FULL slots
+    stay free. A 20-token prompt is 6 short. The LRU leaf is r0's tail (4 tokens, 5..8); then
+    r0's upper part (5 tokens) is a leaf, older than anything of r1: 4 + 5 = 9 >= 6 frees enough.
+    r1 stays whole; big's prompt enters the tree only at its release."""
+    a = SWAKVAllocator(32, 64, 1)
+    cache = UnifiedSWACache(a, W, EVICTION_ORDERS.create("lru"))
+    tree = cache.tree
+    _serve_prefill_only(cache, _req("r0", list(range(10)), 1))
+    _serve_prefill_only(cache, _req("r1", list(range(20, 30)), 1))
+    assert (tree.full_evictable, a.full_available_size()) == (18, 14)
+    big = _req("big", list(range(100, 120)) + [0], 1)
+    cache.match(big)
+    cache.lock_prefix(big)
+    cache.alloc_for_extend(big)
+    assert tree.counters.full_evicted == 9 and tree.counters.leaves_deleted == 2
+    assert tree.counters.swa_evicted == 9  # both r0 nodes held live SWA
+    left = sorted(int(n.key[0]) for n in tree.iter_nodes() if n is not tree.root)
+    assert left == [20, 25]  # r1's two nodes
+    check_invariants(cache, [big])
+
+
 @pytest.mark.parametrize("page_size", [1, 16, 64])
-@pytest.mark.parametrize(
-    "tombstone,swa", [("unified", "interval"), ("legacy", "iteration"), ("legacy", "window")]
-)
+@pytest.mark.parametrize("tombstone", TOMBSTONING.names())
+@pytest.mark.parametrize("swa", SWA_EVICTION.names())
 def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
+    """Every registered SWA-eviction policy on every tree: jumping decode steps is exact."""
     rng = np.random.default_rng(page_size)
     reqs, convs = [], [list(rng.integers(0, 40, 100)) for _ in range(3)]
     for t in range(4):
@@ -235,7 +275,7 @@ def test_decode_fast_forward_changes_nothing(page_size, tombstone, swa):
     base = dict(
         page_size=page_size,
         full_tokens=6400,
-        swa_tokens=1280,
+        swa_tokens=2560 if swa == "none" else 1280,  # without decode eviction SWA grows faster
         window=64,
         tombstone=tombstone,
         swa_eviction=swa,
@@ -277,7 +317,7 @@ def test_interval_policy_closed_form_equals_generic_loop(interval, page):
         assert reqs[0].swa_evicted_seqlen == reqs[1].swa_evicted_seqlen
 
 
-@pytest.mark.parametrize("name", ["interval", "iteration", "window", "none"])
+@pytest.mark.parametrize("name", SWA_EVICTION.names())
 def test_run_batch_equals_run_steps_per_request(name):
     """A policy's batch form (the interval policy skips requests with no trigger in range) gives
     each request's run_steps events, in batch order, and the same cursors."""

@@ -34,7 +34,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-DECODE_EVICTION_INTERVAL = 128
+from policies.swa_eviction import SWA_EVICTION_INTERVAL
+
+DECODE_EVICTION_INTERVAL = SWA_EVICTION_INTERVAL
 """SGLANG_SWA_EVICTION_INTERVAL (both versions): tokens (0.5.23) or forward passes (0.5.15)
 between decode-time SWA frees."""
 

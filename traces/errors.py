@@ -4,14 +4,16 @@ from __future__ import annotations
 
 
 class TraceFormatError(ValueError):
-    """A malformed trace record. The message always names file, line (1-based) and field."""
+    """A malformed trace record. The message names file, line (1-based) or row (0-based), and field."""
 
-    def __init__(self, path: str, line: int | None, field: str | None, problem: str):
+    def __init__(self, path: str, line: int | None, field: str | None, problem: str, row: int | None = None):
         self.path = str(path)
         self.line = line
+        self.row = row  # 0-based row of a columnar file (parquet), which has no lines
         self.field = field
         self.problem = problem
         where = self.path if line is None else f"{self.path}:{line}"
+        where = where if row is None else f"{where} row {row}"
         what = f"field '{field}': " if field else ""
         super().__init__(f"{where}: {what}{problem}")
 

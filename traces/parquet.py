@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 
 from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
 from traces.errors import TraceFormatError
+from traces.parquet_checks import check_content, check_format_version, check_requests
 from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
 
 FORMAT_VERSION = "1"
@@ -58,17 +59,29 @@ def write_parquet(trace: Trace, path: str | Path) -> Path:
     return path
 
 
-def _list_values(table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
+def _list_values(src: str, table: pa.Table, name: str) -> tuple[np.ndarray, np.ndarray]:
     col = table.column(name).combine_chunks()
-    if not pa.types.is_large_list(col.type):
-        col = col.cast(pa.large_list(pa.int64()))
+    if not (pa.types.is_list(col.type) or pa.types.is_large_list(col.type)):
+        raise TraceFormatError(src, None, name, f"must be a list column, got {col.type}")
+    if col.null_count:
+        row = int(np.flatnonzero(np.asarray(col.is_null()))[0])
+        raise TraceFormatError(src, None, name, "missing list", row=row)
+    try:
+        if col.type != pa.large_list(pa.int64()):
+            col = col.cast(pa.large_list(pa.int64()))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise TraceFormatError(src, None, name, f"must hold integers ({exc})") from None
+    if col.values.null_count:
+        at = int(np.flatnonzero(np.asarray(col.values.is_null()))[0])
+        row = int(np.searchsorted(np.asarray(col.offsets), at, side="right") - 1)
+        raise TraceFormatError(src, None, name, "missing value inside the list", row=row)
     offsets = np.asarray(col.offsets, dtype=np.int64)
     values = np.asarray(col.values, dtype=np.int64)
     return offsets - offsets[0], values[offsets[0] : offsets[-1]]
 
 
 def read_parquet(path: str | Path) -> Trace:
-    """Read a trace written by :func:`write_parquet`."""
+    """Read a trace written by :func:`write_parquet`, with the text readers' consistency checks."""
     src = str(path)
     try:
         table = pq.read_table(src)
@@ -78,17 +91,19 @@ def read_parquet(path: str | Path) -> Trace:
     kind = meta.get(b"kvplan.content", b"").decode()
     if kind not in _LISTS:
         raise TraceFormatError(src, None, None, "not a kvplan trace (no kvplan.content metadata)")
+    check_format_version(src, meta.get(b"kvplan.format_version", b"").decode(), FORMAT_VERSION)
     missing = [c for c in (*REQUEST_COLUMNS, *_LISTS[kind]) if c not in table.column_names]
     if missing:
         raise TraceFormatError(src, None, missing[0], "missing column")
+    lists = {name: _list_values(src, table, name) for name in _LISTS[kind]}
+    requests = table.drop_columns(list(_LISTS[kind])).to_pandas()
+    check_requests(src, requests)
+    check_content(src, requests, lists)
     if kind == "blocks":
-        offsets, chains = _list_values(table, "chain_ids")
-        _, lens = _list_values(table, "block_lens")
+        (offsets, chains), (_, lens) = lists["chain_ids"], lists["block_lens"]
         content: BlockContent | TokenContent = BlockContent(offsets, chains, lens)
     else:
-        offsets, tokens = _list_values(table, "tokens")
-        content = TokenContent(offsets, tokens)
-    requests = table.drop_columns(list(_LISTS[kind])).to_pandas()
+        content = TokenContent(*lists["tokens"])
     for col, dtype in (
         ("turn", np.int32),
         ("parent", np.int64),

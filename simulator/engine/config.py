@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from policies.swa_eviction import SWA_EVICTION_INTERVAL
+from simulator.kv_geometry import GIB
+
 if TYPE_CHECKING:
     from simulator.pool_sizing import PoolSizes
     from simulator.server_args import ServerArgs
-
-GIB = 1 << 30
 
 # --schedule-policy values kvplan models (SGLang's schedule_policy.py has more).
 SCHEDULE_POLICIES: tuple[str, ...] = ("fcfs", "lpm")
@@ -47,7 +48,7 @@ class SimConfig:
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"
     tombstone: str = "unified"
-    swa_eviction_interval: int = 128
+    swa_eviction_interval: int = SWA_EVICTION_INTERVAL
     # --- cost model -----------------------------------------------------------------------
     profile: str | None = None  # calibration profile JSON path
     # --- workload timing (open loop) -------------------------------------------------------

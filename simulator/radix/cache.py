@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from policies.swa_eviction import DecodeContext
+from policies.tombstone import check_eviction_order
 from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
@@ -483,6 +484,7 @@ class LegacySWACache(SWACacheController):
 
 def make_cache(tombstone_policy, allocator: SWAKVAllocator, window: int, eviction_order):
     """Build the controller for a tombstoning policy (``policies.tombstone``)."""
+    check_eviction_order(tombstone_policy, eviction_order.name)
     if tombstone_policy.generation == "unified":
         return UnifiedSWACache(allocator, window, eviction_order)
     if tombstone_policy.generation == "legacy":

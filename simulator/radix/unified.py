@@ -91,6 +91,8 @@ class UnifiedSWARadixTree(UnifiedInsert):
         # one heap across calls: a stale entry always undercuts its node's true key, so popping
         # and re-pushing stale entries yields the same victims as SGLang's per-call heap.
         self._lazy_heap = bool(getattr(eviction_order, "monotone", False))
+        # Orders that key on branch depth (tlru) are told of every node added, split or deleted.
+        self._depth_hooks = bool(getattr(eviction_order, "tracks_depth", False))
         self._leaf_heap: list = []
         self.full_evictable = 0
         self.full_protected = 0
@@ -154,6 +156,7 @@ class UnifiedSWARadixTree(UnifiedInsert):
                 heapq.heapreplace(heap, (true_key, node))
                 continue
             heapq.heappop(heap)
+            self.eviction_order.on_evicted(key[0])
             return node
         return None
 
@@ -204,6 +207,8 @@ class UnifiedSWARadixTree(UnifiedInsert):
             # the inherited prefix sits just behind its child in the SWA LRU
             self.swa_lru.insert_after(child, new)
         child.last_access_time = self._tick()
+        if self._depth_hooks:
+            self.eviction_order.on_split(new, child)
         self._update_leaf(new)
         self._update_leaf(child)
         return new
@@ -353,6 +358,8 @@ class UnifiedSWARadixTree(UnifiedInsert):
         parent = node.parent
         del parent.children[node.key.item(0)]
         node.parent = None
+        if self._depth_hooks:
+            self.eviction_order.on_deleted(node)
         self._update_leaf(parent)
         self.counters.leaves_deleted += 1
         # _iteratively_delete_tombstone_ancestors stops at once: the parent keeps FULL.

@@ -167,6 +167,8 @@ class UnifiedInsert:
         leaf = self._new_node(rem, length, priority)
         leaf.parent = node
         node.children[rem.item(0)] = leaf
+        if self._depth_hooks:
+            self.eviction_order.on_node_added(leaf, node)
         self.full_evictable += length
         self._update_leaf(leaf)
         self._update_leaf(node)

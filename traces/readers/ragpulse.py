@@ -50,28 +50,67 @@ def _load_table(path: Path, id_key: str) -> dict[int, int]:
     return table
 
 
-def read_ragpulse(path: str | Path) -> Trace:
-    """Read RAGPulse from its directory or its ``0_trace.jsonl`` (tables must sit beside it)."""
-    p = Path(path)
-    trace_path = p / TRACE_FILE if p.is_dir() else p
-    src = str(trace_path)
+def _load_tables(trace_path: Path) -> list[dict[int, int]]:
     tables = []
     for _, fname, id_key in COMPONENT_ORDER:
         tpath = trace_path.parent / fname
         if not tpath.exists():
             raise TraceFormatError(
-                src, None, None, f"RAGPulse component table {fname} not found beside the trace"
+                str(trace_path), None, None, f"RAGPulse component table {fname} not found beside the trace"
             )
         tables.append(_load_table(tpath, id_key))
-    ts, lines, in_len, out_len, counts, seg_ids, seg_lens = (
-        FloatBuffer(),
-        IntBuffer(),
-        IntBuffer(),
-        IntBuffer(),
-        IntBuffer(),
-        IntBuffer(),
-        IntBuffer(),
-    )
+    return tables
+
+
+def _segments(src: str, line: int, obj: dict, tables: list[dict[int, int]]) -> tuple[list[int], list[int]]:
+    """Namespaced segment ids and token counts of one record's prompt, in :data:`COMPONENT_ORDER`."""
+    comps = get_field(src, line, obj, "hash_ids")
+    if not isinstance(comps, dict):
+        raise TraceFormatError(src, line, "hash_ids", f"must be an object, got {type(comps).__name__}")
+    unknown = set(comps) - {c for c, _, _ in COMPONENT_ORDER}
+    if unknown:
+        raise TraceFormatError(src, line, "hash_ids", f"unknown component(s) {sorted(unknown)}")
+    ids: list[int] = []
+    lens: list[int] = []
+    for k, ((comp, fname, _), table) in enumerate(zip(COMPONENT_ORDER, tables, strict=True)):
+        segs = get_field(src, line, comps, comp, f"hash_ids.{comp}")
+        if not isinstance(segs, list):
+            raise TraceFormatError(src, line, f"hash_ids.{comp}", "must be a list of integers")
+        for j, seg in enumerate(segs):
+            check_int(src, line, f"hash_ids.{comp}[{j}]", seg, 0)
+            if seg not in table:
+                raise TraceFormatError(src, line, f"hash_ids.{comp}[{j}]", f"id {seg} is not in {fname}")
+            ids.append(k * _NS + seg)
+            lens.append(table[seg])
+    return ids, lens
+
+
+def _fit_to_input(ids: list[int], lens: list[int], n_in: int, unique_id: int) -> bool:
+    """Make the segments sum to ``n_in``: one unique block for a remainder (template tokens, never
+    shared), or a cut from the end when they are longer. Returns whether content was cut."""
+    extra = n_in - sum(lens)
+    if extra > 0:
+        ids.append(unique_id)
+        lens.append(extra)
+    short = -extra
+    while short > 0:
+        take = min(lens[-1], short)
+        lens[-1] -= take
+        short -= take
+        if lens[-1] == 0:
+            lens.pop()
+            ids.pop()
+    return extra < 0
+
+
+def read_ragpulse(path: str | Path) -> Trace:
+    """Read RAGPulse from its directory or its ``0_trace.jsonl`` (tables must sit beside it)."""
+    p = Path(path)
+    trace_path = p / TRACE_FILE if p.is_dir() else p
+    src = str(trace_path)
+    tables = _load_tables(trace_path)
+    ts, lines, in_len, out_len = FloatBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
+    counts, seg_ids, seg_lens = IntBuffer(), IntBuffer(), IntBuffer()
     sessions: list[str] = []
     cut = 0
     first_cut = None
@@ -80,41 +119,13 @@ def read_ragpulse(path: str | Path) -> Trace:
         t = number_field(src, line, obj, "timestamp")
         n_in = int_field(src, line, obj, "input_length", 1)
         n_out = int_field(src, line, obj, "output_length", 0)
-        comps = get_field(src, line, obj, "hash_ids")
-        if not isinstance(comps, dict):
-            raise TraceFormatError(src, line, "hash_ids", f"must be an object, got {type(comps).__name__}")
-        unknown = set(comps) - {c for c, _, _ in COMPONENT_ORDER}
-        if unknown:
-            raise TraceFormatError(src, line, "hash_ids", f"unknown component(s) {sorted(unknown)}")
+        ids, lens = _segments(src, line, obj, tables)
         session = get_field(src, line, obj, "session_id")
         if not isinstance(session, str) or not session:
             raise TraceFormatError(src, line, "session_id", "must be a non-empty string")
-        ids: list[int] = []
-        lens: list[int] = []
-        for k, ((comp, fname, _), table) in enumerate(zip(COMPONENT_ORDER, tables, strict=True)):
-            segs = get_field(src, line, comps, comp, f"hash_ids.{comp}")
-            if not isinstance(segs, list):
-                raise TraceFormatError(src, line, f"hash_ids.{comp}", "must be a list of integers")
-            for j, seg in enumerate(segs):
-                check_int(src, line, f"hash_ids.{comp}[{j}]", seg, 0)
-                if seg not in table:
-                    raise TraceFormatError(src, line, f"hash_ids.{comp}[{j}]", f"id {seg} is not in {fname}")
-                ids.append(k * _NS + seg)
-                lens.append(table[seg])
-        extra = n_in - sum(lens)
-        if extra > 0:
-            ids.append(-1 - len(lines))  # unique per record: template tokens, never shared
-            lens.append(extra)
-        elif extra < 0:
+        if _fit_to_input(ids, lens, n_in, -1 - len(lines)):
             cut += 1
             first_cut = first_cut or line
-            while extra < 0:
-                take = min(lens[-1], -extra)
-                lens[-1] -= take
-                extra += take
-                if lens[-1] == 0:
-                    lens.pop()
-                    ids.pop()
         ts.append(t)
         lines.append(line)
         in_len.append(n_in)
