@@ -33,6 +33,37 @@ def _sub(src: str, line: int, obj: dict, key: str, where: str) -> dict:
     return value
 
 
+def _block_hashes(src: str, line: int, replay: dict, n_in: int, bs: int, hashes: IntBuffer) -> list:
+    """The request's chained block hashes (one per started block), appended to ``hashes``."""
+    name = "event.request.replay.input_sequence_hashes"
+    ids = get_field(src, line, replay, "input_sequence_hashes", name)
+    if not isinstance(ids, list):
+        raise TraceFormatError(src, line, name, f"must be a list of integers, got {type(ids).__name__}")
+    want = -(-n_in // bs)
+    if len(ids) != want:
+        raise TraceFormatError(
+            src, line, name, f"has {len(ids)} hashes but input_length {n_in} needs ceil({n_in}/{bs}) = {want}"
+        )
+    try:
+        hashes.extend(ids)
+    except (TypeError, OverflowError):
+        locate_bad_int(src, line, name, ids, minimum=0)
+    return ids
+
+
+def _identity(src: str, line: int, event: dict, req: dict) -> tuple[str, str | None, int]:
+    """(request id, agent session or None, served cached tokens or -1) of one request."""
+    rid = get_field(src, line, req, "request_id", "event.request.request_id")
+    if not isinstance(rid, str) or not rid:
+        raise TraceFormatError(src, line, "event.request.request_id", "must be a non-empty string")
+    ctx = event.get("agent_context") or {}
+    session = ctx.get("session_id") if isinstance(ctx, dict) else None
+    if session is not None and not isinstance(session, str):
+        raise TraceFormatError(src, line, "event.agent_context.session_id", "must be a string")
+    c = req.get("cached_tokens", -1)
+    return rid, session, -1 if c is None else check_int(src, line, "event.request.cached_tokens", c, 0)
+
+
 def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse-output") -> Trace:
     """Read a Dynamo request-trace event file into a canonical trace."""
     src = str(path)
@@ -70,31 +101,9 @@ def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse
         n_in = int_field(src, line, replay, "input_length", 1, "event.request.replay.input_length")
         n_out = int_field(src, line, req, "output_tokens", 0, "event.request.output_tokens")
         t = int_field(src, line, req, "request_received_ms", 0, "event.request.request_received_ms")
-        name = "event.request.replay.input_sequence_hashes"
-        ids = get_field(src, line, replay, "input_sequence_hashes", name)
-        if not isinstance(ids, list):
-            raise TraceFormatError(src, line, name, f"must be a list of integers, got {type(ids).__name__}")
-        want = -(-n_in // bs)
-        if len(ids) != want:
-            raise TraceFormatError(
-                src,
-                line,
-                name,
-                f"has {len(ids)} hashes but input_length {n_in} needs ceil({n_in}/{bs}) = {want}",
-            )
-        try:
-            hashes.extend(ids)
-        except (TypeError, OverflowError):
-            locate_bad_int(src, line, name, ids, minimum=0)
-        rid = get_field(src, line, req, "request_id", "event.request.request_id")
-        if not isinstance(rid, str) or not rid:
-            raise TraceFormatError(src, line, "event.request.request_id", "must be a non-empty string")
-        ctx = event.get("agent_context") or {}
-        session = ctx.get("session_id") if isinstance(ctx, dict) else None
-        if session is not None and not isinstance(session, str):
-            raise TraceFormatError(src, line, "event.agent_context.session_id", "must be a string")
-        c = req.get("cached_tokens", -1)
-        cached.append(-1 if c is None else check_int(src, line, "event.request.cached_tokens", c, 0))
+        ids = _block_hashes(src, line, replay, n_in, bs, hashes)
+        rid, session, c = _identity(src, line, event, req)
+        cached.append(c)
         received.append(t)
         in_len.append(n_in)
         out_len.append(n_out)
