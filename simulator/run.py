@@ -81,12 +81,16 @@ def run_config(
     *,
     log_stream: TextIO | None = None,
     progress: Callable[[int], None] | None = None,
+    record_ops: str | Path | None = None,
 ) -> RunResult:
     """Serve ``trace`` (a :class:`traces.Trace`) through the simulated server under ``cfg``.
 
     ``log_stream`` receives SGLang's decode log lines when ``cfg.log_decode`` (default stdout);
-    ``progress`` is called with the number of finished requests after each finish. Raises
-    ``ConfigError`` for configurations SGLang would refuse.
+    ``progress`` is called with the number of finished requests after each finish.
+    ``record_ops``: write the run's memory operations to this op log (docs/op-log.md); it is
+    observability, not configuration, so it stays out of ``cfg`` (hashed for sweeps) and
+    changes no result. Raises ``ConfigError`` for configurations SGLang would refuse (and for
+    recording with the legacy tree).
     """
     from simulator.engine.clients import offered_request_rate
     from simulator.engine.metrics import Recorder
@@ -94,7 +98,10 @@ def run_config(
     recorder = Recorder.from_config(
         cfg, request_rate=offered_request_rate(trace, cfg), log_stream=log_stream, progress=progress
     )
-    pool_sizes = _serve(trace, cfg, recorder)
+    if record_ops is None:
+        pool_sizes = _serve(trace, cfg, recorder)
+    else:
+        pool_sizes = _serve(trace, cfg, recorder, Path(record_ops))
     return RunResult(
         config=cfg,
         summary=recorder.summary(),
@@ -105,14 +112,35 @@ def run_config(
     )
 
 
-def _serve(trace: Any, cfg: SimConfig, observer: ServerObserver) -> dict[str, Any] | None:
-    """Size the pools and simulate; returns the sizing as a dict. (The CLI's plumbing tests put
-    a fake server here.)"""
+def _serve(
+    trace: Any, cfg: SimConfig, observer: ServerObserver, record_ops: Path | None = None
+) -> dict[str, Any] | None:
+    """Size the pools and simulate (recording to the op log ``record_ops`` if given); returns
+    the sizing as a dict. (The CLI's plumbing tests put a fake server here.)"""
     from simulator.engine.simulate import resolve_pools, simulate
 
     resolved = resolve_pools(cfg)
-    simulate(trace, cfg, observer, resolved=resolved)
+    server = simulate(trace, cfg, observer, resolved=resolved, record_ops=record_ops is not None)
+    if record_ops is not None:
+        _write_op_log(record_ops, server, cfg, resolved)
     return resolved[2].to_dict()
+
+
+def _write_op_log(path: Path, server: Any, cfg: SimConfig, resolved: tuple) -> None:
+    """The recorded run as an op log (atomic write), with the model's per-rank geometry."""
+    import dataclasses
+
+    from simulator.oplog import model_geometry, write_recording
+
+    model, _gpu, _sizes, pools = resolved
+    config = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+    write_recording(
+        path,
+        server.ops,
+        window=pools.window if pools.hybrid else None,
+        geometry=model_geometry(model, cfg.tp),
+        source=dict(producer="kvplan run (simulated server)", config=config),
+    )
 
 
 def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from simulator.cli.common import JsonOpt, OutOpt, ProgressOpt, user_errors_exit
-from simulator.cli.run_cmd import execute
+from simulator.cli.run_cmd import RecordOpsOpt, execute
 from simulator.cli.server_flags import ALL_FLAGS, server_options
 from simulator.engine.config import SimConfig
 from simulator.errors import ConfigError
@@ -77,6 +77,7 @@ def bench_multiturn(
     out: OutOpt = None,
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,
+    record_ops: RecordOpsOpt = None,
     *,
     server: dict[str, Any],
 ) -> None:
@@ -99,7 +100,15 @@ def bench_multiturn(
         seed=seed,
     )
     cfg = SimConfig(**server, seed=seed)
-    execute(_generate(args), cfg, out=out, as_json=as_json, per_round=enable_round_barrier, progress=progress)
+    execute(
+        _generate(args),
+        cfg,
+        out=out,
+        as_json=as_json,
+        per_round=enable_round_barrier,
+        progress=progress,
+        record_ops=record_ops,
+    )
 
 
 def _generate(args: BenchMultiturnArgs) -> Trace:

@@ -23,6 +23,15 @@ from traces.load import FORMATS
 
 _D = SimConfig()  # the workload options' defaults come from the config too
 
+RecordOpsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--record-ops",
+        help="write every memory operation (page ids, per step) to this op log (.npz; "
+        "docs/op-log.md, `kvplan ops stats`); needs --tombstone unified",
+    ),
+]
+
 
 @contextmanager
 def _progress(total: int, enabled: bool) -> Iterator[Callable[[int], None] | None]:
@@ -61,20 +70,24 @@ def execute(
     as_json: bool,
     per_round: bool,
     progress: bool = True,
+    record_ops: Path | None = None,
 ) -> RunResult:
     """:func:`run_config` with the CLI around it: progress bar, ``--out`` files, then the report
     or the JSON summary.
 
     Decode log lines go to stdout, or to stderr with ``--json`` (stdout then holds one JSON object).
     The progress bar shows only on an interactive stderr, and not with ``--json`` or ``--log-decode``
-    (the log lines already show progress and would tear the bar).
+    (the log lines already show progress and would tear the bar). ``record_ops``: the op log
+    to write (:func:`run_config`'s).
     """
     from simulator.engine.report import format_report
     from simulator.run import run_config
 
     show = progress and not as_json and not cfg.log_decode and sys.stderr.isatty()
     with _progress(len(trace), show) as update:
-        result = run_config(trace, cfg, log_stream=sys.stderr if as_json else None, progress=update)
+        result = run_config(
+            trace, cfg, log_stream=sys.stderr if as_json else None, progress=update, record_ops=record_ops
+        )
     if out is not None:
         result.write_outputs(out)
     if as_json:
@@ -126,6 +139,7 @@ def run(
     out: OutOpt = None,
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,
+    record_ops: RecordOpsOpt = None,
     *,
     server: dict[str, Any],
 ) -> None:
@@ -140,4 +154,12 @@ def run(
     cfg = SimConfig(
         **server, time_scale=time_scale, request_rate=request_rate, think_time_s=think_time, seed=seed
     )
-    execute(tr, cfg, out=out, as_json=as_json, per_round=shows_per_round(tr), progress=progress)
+    execute(
+        tr,
+        cfg,
+        out=out,
+        as_json=as_json,
+        per_round=shows_per_round(tr),
+        progress=progress,
+        record_ops=record_ops,
+    )

@@ -102,6 +102,8 @@ class FastForwardMixin:
         while True:
             t0 = t
             cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
+            if self.ops is not None:
+                self._begin_prefill_step([req], t0)
             try:
                 self.cache.alloc_for_extend([req])
             except OutOfMemory as exc:
@@ -211,7 +213,7 @@ class FastForwardMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        self._apply_jump(batch, seqs, last, segments, clock, m)
+        self._apply_jump(batch, seqs, last, segments, clock, m, now)
 
     def _price_jump(
         self, seqs: list[int], last: list[int], k: int, now: float, arrival: float
@@ -254,13 +256,17 @@ class FastForwardMixin:
         segments: list[tuple[int, int, list[int]]],
         clock: DecodeClock,
         m: int,
+        start: float,
     ) -> None:
-        """The cache side of a jump whose first ``m`` steps ran: memory operations, releases at
-        finish in step order, and the jump's report (:class:`DecodeJump`)."""
+        """The cache side of a jump that began at ``start`` and whose first ``m`` steps ran:
+        memory operations, releases at finish in step order, and the jump's report
+        (:class:`DecodeJump`). Recording, the memory operations go segment by segment
+        (:meth:`_record_jump_segment`), each before the releases at its end."""
         forward0 = self.forward_ct
         p = self.page_size
         ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
-        bulk = self._replay_jump(batch, seqs, ran, m, forward0)
+        recording = self.ops is not None
+        bulk = None if recording else self._replay_jump(batch, seqs, ran, m, forward0)
         opens: list[int] = bulk[2] if bulk is not None else []  # a page opens at each, in step order
         frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []  # (step, SWA pages)
         recorded: list[JumpSegment] = []
@@ -270,7 +276,13 @@ class FastForwardMixin:
                 break
             b = min(b, m)
             reqs = [batch[i] for i in members]
-            if bulk is None:  # a step of it may evict: SGLang's per-step sequence, segment by segment
+            if bulk is None and recording:
+                full_base, swa_base, seg_opens, seg_frees = self._record_jump_segment(
+                    reqs, a, b, forward0, clock, start
+                )
+                opens.extend(a + x for x in seg_opens)
+                frees.extend((a + x, pages) for x, pages in seg_frees)
+            elif bulk is None:  # a step of it may evict: SGLang's per-step sequence, by segment
                 full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                     reqs, [seqs[i] + a for i in members], b - a, forward0 + a
                 )

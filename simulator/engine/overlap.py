@@ -66,6 +66,8 @@ class OverlapMixin:
             pending = launched
 
     def _launch_prefill(self, batch: list[ServerReq], start: float):
+        if self.ops is not None:
+            self._begin_prefill_step(batch, start)
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return None
@@ -80,12 +82,15 @@ class OverlapMixin:
         return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
 
     def _launch_decode(self, start: float):
+        if self.ops is not None:
+            self._begin_step(start)
         batch = self._prepare_decode()
         if batch is None:
             return None
         full_used, swa_used = self.cache.used_tokens()
         seqs = [r.kv_allocated_len for r in batch]
         dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
+        self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         batch = list(batch)
         info = (full_used, swa_used)
         return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)

@@ -26,6 +26,7 @@ from simulator.engine.config import SimConfig
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
+from simulator.engine.recording import RecordingMixin, unrecorded_step
 from simulator.engine.request import SimRequest
 from simulator.engine.server_state import NewTokenRatio, ServerPools, ServerReq, StuckSimulation
 from simulator.engine.step_costs import StepCosts
@@ -35,8 +36,12 @@ from simulator.radix.cache import OutOfMemory, build_controller
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
 
-class ServerModel(FastForwardMixin, OverlapMixin):
-    """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock."""
+class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
+    """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
+
+    ``record_ops``: record every memory operation with page ids (``self.ops``, the
+    :class:`~simulator.memory_ops.MemoryOpExecutor`; docs/op-log.md). Off, ``self.ops`` is None.
+    """
 
     def __init__(
         self,
@@ -45,6 +50,7 @@ class ServerModel(FastForwardMixin, OverlapMixin):
         pools: ServerPools,
         cost_model,
         observer: ServerObserver | None = None,
+        record_ops: bool = False,
     ) -> None:
         self.env = env
         self.cfg = cfg
@@ -65,6 +71,9 @@ class ServerModel(FastForwardMixin, OverlapMixin):
             pools.window,
             EVICTION_ORDERS.create(cfg.radix_eviction_policy),
         )
+        # before the first allocation (the legacy tree refuses: ConfigError)
+        self.ops = self.cache.start_recording(need_sort=False) if record_ops else None
+        self._step = unrecorded_step()
         self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
         self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
         self.waiting: list[ServerReq] = []
@@ -276,6 +285,8 @@ class ServerModel(FastForwardMixin, OverlapMixin):
             yield from self._run_chunk_train(batch[0])
             return
         t0 = self.env.now
+        if self.ops is not None:
+            self._begin_prefill_step(batch, t0)
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return
@@ -384,12 +395,15 @@ class ServerModel(FastForwardMixin, OverlapMixin):
         if k > 1:
             yield from self._fast_forward(k)
             return
+        if self.ops is not None:
+            self._begin_step(self.env.now)
         batch = self._prepare_decode()
         if batch is None:
             return
         full_used, swa_used = self.cache.used_tokens()
         seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
+        self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
         self.ratio.on_decode_steps(1)

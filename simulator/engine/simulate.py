@@ -77,11 +77,17 @@ def collector_skips_older_objects() -> Iterator[None]:
 
 
 def simulate(
-    trace, cfg: SimConfig, observer: ServerObserver | None = None, *, resolved: tuple | None = None
+    trace,
+    cfg: SimConfig,
+    observer: ServerObserver | None = None,
+    *,
+    resolved: tuple | None = None,
+    record_ops: bool = False,
 ) -> ServerModel:
     """Serve ``trace`` under ``cfg``; ``observer`` (e.g. ``metrics.Recorder``) sees everything.
 
     ``resolved`` is :func:`resolve_pools`'s answer for ``cfg`` when the caller already has it.
+    ``record_ops``: record the memory operations (the returned server's ``ops``; docs/op-log.md).
     Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
     """
     from simulator.engine.clients import requests_from_trace, start_clients
@@ -90,7 +96,7 @@ def simulate(
     cost = build_cost_model(cfg, model, gpu)
     env = simpy.Environment()
     observer = observer or ServerObserver()
-    server = ServerModel(env, cfg, pools, cost, observer)
+    server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops)
     requests = requests_from_trace(trace, pools.page_size)
     start_clients(env, server, trace, cfg, requests)
     with collector_skips_older_objects():
