@@ -23,6 +23,8 @@ module keeps the same state in page units (a page is a token when ``page_size ==
 
 from __future__ import annotations
 
+from collections import deque
+
 import numpy as np
 
 _EMPTY = np.empty(0, dtype=np.int64)
@@ -35,15 +37,30 @@ class PageFreeList:
         self.num_pages = num_pages
         self.token_mode = page_size == 1
         self.need_sort = need_sort
-        self.free = np.arange(1, num_pages + 1, dtype=np.int64)
+        # The free list as chunks in list order (front = left): a release prepends (paged) or
+        # appends (token mode) one chunk and an allocation pops from the front, so neither
+        # copies the whole list (a pool can hold millions of pages).
+        self._chunks: deque[np.ndarray] = deque([np.arange(1, num_pages + 1, dtype=np.int64)])
+        self._n_free = num_pages
         self.staged: list[np.ndarray] = []  # paged staged_pages / token release_pages
         self.n_staged = 0
         self.merges = 0
         self.group: list[np.ndarray] | None = None  # free() form, deferred
         self.group_ids: list[np.ndarray] | None = None  # free_page_ids form, deferred
 
+    @property
+    def free(self) -> np.ndarray:
+        """The free list proper (without staged pages), in order."""
+        if len(self._chunks) != 1:
+            self._set_free(np.concatenate(self._chunks) if self._chunks else _EMPTY)
+        return self._chunks[0]
+
+    def _set_free(self, pages: np.ndarray) -> None:
+        self._chunks = deque([pages])
+        self._n_free = len(pages)
+
     def available(self) -> int:
-        return len(self.free) + self.n_staged
+        return self._n_free + self.n_staged
 
     def all_free(self) -> np.ndarray:
         """Free pages in list order, staged ones last (``get_all_free_pages``)."""
@@ -52,7 +69,7 @@ class PageFreeList:
     def merge_and_sort_free(self) -> None:
         if not self.staged:
             return
-        self.free = np.sort(self.all_free())
+        self._set_free(np.sort(self.all_free()))
         self.merges += 1
         self.staged = []
         self.n_staged = 0
@@ -60,12 +77,25 @@ class PageFreeList:
     def take(self, n: int, merge_if_over: int) -> np.ndarray:
         """The first ``n`` free pages; merge staged pages first when ``merge_if_over`` exceeds
         the list (each SGLang entry point has its own bound: see the callers)."""
-        if merge_if_over > len(self.free):
+        if merge_if_over > self._n_free:
             self.merge_and_sort_free()
-        assert n <= len(self.free), (n, len(self.free))
-        out = self.free[:n]
-        self.free = self.free[n:]
-        return out
+        assert n <= self._n_free, (n, self._n_free)
+        parts: list[np.ndarray] = []
+        need = n
+        chunks = self._chunks
+        while need:
+            head = chunks[0]
+            if len(head) <= need:
+                parts.append(chunks.popleft())
+                need -= len(head)
+            else:
+                parts.append(head[:need])
+                chunks[0] = head[need:]
+                need = 0
+        self._n_free -= n
+        if len(parts) == 1:
+            return parts[0]
+        return np.concatenate(parts) if parts else _EMPTY
 
     def release(self, pages: np.ndarray, ordered: bool) -> None:
         """``free()`` (``ordered=False``) or ``free_page_ids`` (``ordered=True``) of pages."""
@@ -81,10 +111,13 @@ class PageFreeList:
         if self.need_sort:
             self.staged.append(np.asarray(pages, dtype=np.int64))
             self.n_staged += len(pages)
-        elif self.token_mode:
-            self.free = np.concatenate((self.free, pages))
         else:
-            self.free = np.concatenate((pages, self.free))
+            pages = np.array(pages, dtype=np.int64)  # a copy: the caller's array may change
+            if self.token_mode:
+                self._chunks.append(pages)
+            else:
+                self._chunks.appendleft(pages)
+            self._n_free += len(pages)
 
     def group_begin(self) -> None:
         assert self.group is None, "free groups cannot be nested"
