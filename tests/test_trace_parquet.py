@@ -137,7 +137,7 @@ BAD_PARQUET = {
         lambda t: _set(t, "output_len", _bump(_column(t, "output_len"), 4, -(10**6))),
         "output_len",
         4,
-        ">= 0",
+        ">= 1",
     ),
     "zero prompt_len": ("blocks", lambda t: _set(t, "prompt_len", [0] * 6), "prompt_len", 0, ">= 1"),
     "missing prompt_len": (

@@ -19,8 +19,10 @@ import pyarrow.parquet as pq
 
 from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
 from traces.errors import TraceFormatError
-from traces.parquet_checks import check_content, check_format_version, check_requests
+from traces.jsonl import opened
+from traces.parquet_checks import check_content, check_format_version, check_requests, dense_chain_ids
 from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
+from traces.source import TraceInput
 
 FORMAT_VERSION = "1"
 _LISTS = {"blocks": ("chain_ids", "block_lens"), "tokens": ("tokens",)}
@@ -80,13 +82,19 @@ def _list_values(src: str, table: pa.Table, name: str) -> tuple[np.ndarray, np.n
     return offsets - offsets[0], values[offsets[0] : offsets[-1]]
 
 
-def read_parquet(path: str | Path) -> Trace:
-    """Read a trace written by :func:`write_parquet`, with the text readers' consistency checks."""
-    src = str(path)
-    try:
-        table = pq.read_table(src)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(src, None, None, f"not a readable parquet file ({exc})") from None
+def _read_table(path: TraceInput | str | Path, limit: int | None) -> tuple[str, pa.Table]:
+    with opened(path) as inp:
+        try:
+            table = pq.read_table(inp.binary())
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceFormatError(inp.name, None, None, f"not a readable parquet file ({exc})") from None
+    return inp.name, table if limit is None else table.slice(0, max(limit, 0))
+
+
+def read_parquet(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
+    """Read a trace written by :func:`write_parquet` (its first ``limit`` rows), with the text
+    readers' consistency checks."""
+    src, table = _read_table(path, limit)
     meta = table.schema.metadata or {}
     kind = meta.get(b"kvplan.content", b"").decode()
     if kind not in _LISTS:
@@ -101,7 +109,7 @@ def read_parquet(path: str | Path) -> Trace:
     check_content(src, requests, lists)
     if kind == "blocks":
         (offsets, chains), (_, lens) = lists["chain_ids"], lists["block_lens"]
-        content: BlockContent | TokenContent = BlockContent(offsets, chains, lens)
+        content: BlockContent | TokenContent = BlockContent(offsets, dense_chain_ids(chains), lens)
     else:
         content = TokenContent(*lists["tokens"])
     for col, dtype in (
