@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
 from traces.errors import TraceFormatError
 from traces.jsonl import opened
+from traces.output import check_output_path, umask_mode
 from traces.parquet_checks import check_content, check_format_version, check_requests, dense_chain_ids
 from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
 from traces.source import TraceInput
@@ -33,7 +34,9 @@ def _list_column(offsets: np.ndarray, values: np.ndarray) -> pa.LargeListArray:
 
 
 def write_parquet(trace: Trace, path: str | Path) -> Path:
-    """Write ``trace`` to ``path`` atomically; returns the path."""
+    """Write ``trace`` to ``path`` atomically (temporary name, then rename); returns the path.
+
+    Refuses a ``path`` that is a link, a device, a FIFO or a directory (see :mod:`traces.output`)."""
     path = Path(path)
     table = pa.Table.from_pandas(trace.requests, preserve_index=False)
     content = trace.content
@@ -50,9 +53,11 @@ def write_parquet(trace: Trace, path: str | Path) -> Path:
         b"kvplan.closed_loop": json.dumps(closed_loop_to_dict(trace.closed_loop)).encode(),
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
     try:
+        os.chmod(tmp, umask_mode())  # mkstemp makes 0600; a trace is shared like any other file
         pq.write_table(table, tmp)
         os.replace(tmp, path)
     except BaseException:

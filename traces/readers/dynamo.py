@@ -66,7 +66,7 @@ def _identity(src: str, line: int, event: dict, req: dict) -> tuple[str, str | N
     session = ctx.get("session_id") if isinstance(ctx, dict) else None
     if session is not None and not isinstance(session, str):
         raise TraceFormatError(src, line, "event.agent_context.session_id", "must be a string")
-    c = req.get("cached_tokens", -1)
+    c = req.get("cached_tokens")
     return rid, session, -1 if c is None else check_int(src, line, "event.request.cached_tokens", c, 0)
 
 
