@@ -111,6 +111,18 @@ BAD_FILES = {
         (),
         "a.csv:3: field 'TIMESTAMP': not a date-time: 'NaT'",
     ),
+    "Azure year out of the nanosecond range": (
+        "a.csv",
+        (AZ_HEADER + "2023-11-16 18:15:46.68,374,44\n99999-01-01 00:00:00,12,5\n").encode(),
+        (),
+        "a.csv:3: field 'TIMESTAMP': not a date-time",
+    ),
+    "Azure negative number": (
+        "a.csv",
+        (AZ_HEADER + "2023-11-16 18:15:46.68,374,44\n-5,12,5\n").encode(),
+        (),
+        "a.csv:3: field 'TIMESTAMP': not a date-time",
+    ),
     "Azure mixed epoch and date-time": (
         "a.csv",
         (AZ_HEADER + "1700000000,374,44\n2023-11-16 18:15:47,12,5\n").encode(),

@@ -75,6 +75,9 @@ def int_field(path: str, line: int, obj: dict, key: str, minimum: int = 0, where
 
 def length_field(path: str, line: int, obj: dict, key: str, where: str | None = None) -> int:
     """A token count: an integer in [1, MAX_TOKENS] (empty prompts and outputs cannot be served)."""
+    value = obj.get(key)
+    if type(value) is int and 1 <= value <= MAX_TOKENS:  # the common case, without further calls
+        return value
     value = int_field(path, line, obj, key, 1, where)
     return check_max(path, line, where or key, value)
 
@@ -104,6 +107,9 @@ def locate_bad_int(path: str, line: int, name: str, values: Any, minimum: int | 
 
 def number_field(path: str, line: int, obj: dict, key: str, where: str | None = None) -> float:
     """A required finite number, or a string holding one (RAGPulse writes timestamps as strings)."""
+    value = obj.get(key)
+    if type(value) is float and value - value == 0.0:  # finite (inf - inf and nan - nan are nan)
+        return value
     value = get_field(path, line, obj, key, where)
     if isinstance(value, bool):
         raise TraceFormatError(path, line, where or key, f"must be a number, got bool {value!r}")

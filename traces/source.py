@@ -109,30 +109,36 @@ class TraceInput:
             stream = io.BufferedReader(_Prefixed(self._head, self._file), 1 << 16)  # type: ignore[assignment]
         return iter(gzip.GzipFile(fileobj=stream, mode="rb") if self.gzip else stream)
 
+    def _gzip_error(self, exc: BaseException) -> TraceFormatError:
+        return TraceFormatError(
+            self.name, self._lineno + 1, None, f"corrupt gzip data ({exc}); the trace is cut here"
+        )
+
+    def _decode(self, raw: bytes) -> str:
+        """``raw`` as UTF-8 text (NUL bytes refused); ``self._lineno`` is already its number."""
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            bad = raw[exc.start : exc.start + 1]
+            raise TraceFormatError(
+                self.name, self._lineno, None, f"not UTF-8 text (byte {exc.start}: {bad!r})"
+            ) from None
+        if "\x00" in text:
+            raise TraceFormatError(self.name, self._lineno, None, "binary data (NUL bytes), not a text trace")
+        return text
+
     def _next_line(self) -> str | None:
-        """The next decoded line (BOM and NUL checks on the way), or None at the end."""
+        """The next decoded line (the BOM of line 1 skipped), or None at the end."""
         if self._lines is None:
             self._lines = self._raw_lines()
         try:
             raw = next(self._lines, None)
         except _GZIP_ERRORS as exc:
-            raise TraceFormatError(
-                self.name, self._lineno + 1, None, f"corrupt gzip data ({exc}); the trace is cut here"
-            ) from None
+            raise self._gzip_error(exc) from None
         if raw is None:
             return None
         self._lineno += 1
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise TraceFormatError(
-                self.name,
-                self._lineno,
-                None,
-                f"not UTF-8 text (byte {exc.start}: {raw[exc.start : exc.start + 1]!r})",
-            ) from None
-        if "\x00" in text:
-            raise TraceFormatError(self.name, self._lineno, None, "binary data (NUL bytes), not a text trace")
+        text = self._decode(raw)
         if self._lineno == 1 and text.startswith(_BOM):
             text = text[1:]
         return text
@@ -161,5 +167,23 @@ class TraceInput:
             )
         while self._pending:
             yield self._pending.pop(0)
-        while (text := self._next_line()) is not None:
+        if self._lineno == 0 and (text := self._next_line()) is not None:  # line 1: the BOM check
+            yield self._lineno, text
+        if self._lines is None:
+            return
+        lines = self._lines
+        while True:  # _next_line inlined for speed: the BOM check only concerns line 1
+            try:
+                raw = next(lines, None)
+            except _GZIP_ERRORS as exc:
+                raise self._gzip_error(exc) from None
+            if raw is None:
+                return
+            self._lineno += 1
+            try:
+                text = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                text = self._decode(raw)  # raises the located error
+            if "\x00" in text:
+                self._decode(raw)
             yield self._lineno, text

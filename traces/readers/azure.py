@@ -7,7 +7,6 @@ hit rate is 0 by construction. Arrival = seconds since the first timestamp.
 from __future__ import annotations
 
 import csv
-import re
 from pathlib import Path
 
 import numpy as np
@@ -21,7 +20,7 @@ from traces.schema import Trace, make_requests
 from traces.source import TraceInput
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
-_NUMBER = re.compile(r"\d+(\.\d*)?")
+_NAT = int(np.datetime64("NaT", "ns").astype(np.int64))
 
 
 #: Numeric timestamps are Unix epoch times; the unit is read from the magnitude (below 1e11 seconds,
@@ -48,25 +47,35 @@ def _int_cell(src: str, line: int, name: str, cell: str) -> int:
 def _timestamp_ns(src: str, line: int, cell: str, units: dict[str, int]) -> int:
     """Nanoseconds since the epoch of a TIMESTAMP cell (a date-time, or an epoch number)."""
     text = cell.strip()
-    if _NUMBER.fullmatch(text):
-        value = float(text)
-        unit, scale = next(((u, s) for bound, u, s in _EPOCH_UNITS if value < bound), (None, 0))
-        if unit is None:
-            raise TraceFormatError(src, line, "TIMESTAMP", f"epoch number {text[:40]} is out of range")
-        units.setdefault(unit, line)
-        if len(units) > 1:
-            raise TraceFormatError(src, line, "TIMESTAMP", f"epoch unit changes: {_units(units)}")
-        return round(value * scale)
-    units.setdefault("date-time", line)
+    if text.replace(".", "", 1).isdigit():
+        return _epoch_ns(src, line, text, units)
+    if "date-time" not in units:
+        units["date-time"] = line
     if len(units) > 1:
         raise TraceFormatError(src, line, "TIMESTAMP", f"mixes date-times and epoch numbers: {_units(units)}")
+    if not (text[:4].isdigit() and text[4:5] == "-" and 1678 <= int(text[:4]) <= 2261):
+        # numpy wraps years outside the nanosecond range (1678-2261) silently; refuse them
+        raise TraceFormatError(
+            src, line, "TIMESTAMP", f"not a date-time 'YYYY-MM-DD hh:mm:ss' in 1678-2261: {cell[:40]!r}"
+        )
     try:
-        t = np.datetime64(text.replace(" ", "T"), "ns")
+        ns = int(np.datetime64(text.replace(" ", "T"), "ns").astype(np.int64))
     except (ValueError, OverflowError):
         raise TraceFormatError(src, line, "TIMESTAMP", f"not a date-time: {cell[:40]!r}") from None
-    if np.isnat(t):
+    if ns == _NAT:
         raise TraceFormatError(src, line, "TIMESTAMP", f"not a date-time: {cell[:40]!r} (NaT)")
-    return int(t.astype(np.int64))
+    return ns
+
+
+def _epoch_ns(src: str, line: int, text: str, units: dict[str, int]) -> int:
+    value = float(text)
+    unit, scale = next(((u, s) for bound, u, s in _EPOCH_UNITS if value < bound), (None, 0))
+    if unit is None:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"epoch number {text[:40]} is out of range")
+    units.setdefault(unit, line)
+    if len(units) > 1:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"epoch unit changes: {_units(units)}")
+    return round(value * scale)
 
 
 def _units(units: dict[str, int]) -> str:
