@@ -84,7 +84,9 @@ def load_trace(
         raise FileNotFoundError(f"{p}: no such file or directory")
     if p.is_dir():
         if (fmt or "ragpulse") != "ragpulse":
-            raise TraceFormatError(str(p), None, None, f"a directory, not a {fmt} trace")
+            raise TraceFormatError(
+                str(p), None, None, f"a directory (a RAGPulse trace), so --format {fmt} does not apply"
+            )
         _directory_format(p)
         return read_ragpulse(p, limit)
     with TraceInput(path) as inp:
