@@ -47,7 +47,7 @@ MOONCAKE_CASES = [
         _mc('{"timestamp": 1, "input_length": 5, "output_length": -1, "hash_ids": [1]}'),
         2,
         "output_length",
-        ">= 0",
+        ">= 1",
     ),
     (
         "zero_input",
@@ -221,7 +221,7 @@ GOOD_AZ = "2023-11-16 18:15:46.6805900,374,44\n"
         (HEADER, None, None, "empty"),
         ("time,in,out\n" + GOOD_AZ, 1, None, "expected header"),
         (HEADER + GOOD_AZ + "2023-11-16 18:15:47,12.5,3\n", 3, "ContextTokens", "integer"),
-        (HEADER + GOOD_AZ + "2023-11-16 18:15:47,12,-3\n", 3, "GeneratedTokens", ">= 0"),
+        (HEADER + GOOD_AZ + "2023-11-16 18:15:47,12,-3\n", 3, "GeneratedTokens", ">= 1"),
         (HEADER + GOOD_AZ + "yesterday,12,3\n", 3, "TIMESTAMP", "date-time"),
         (HEADER + GOOD_AZ + "2023-11-16 18:15:47,12\n", 3, None, "3 columns"),
     ],

@@ -137,7 +137,7 @@ BAD_PARQUET = {
         lambda t: _set(t, "output_len", _bump(_column(t, "output_len"), 4, -(10**6))),
         "output_len",
         4,
-        ">= 0",
+        ">= 1",
     ),
     "zero prompt_len": ("blocks", lambda t: _set(t, "prompt_len", [0] * 6), "prompt_len", 0, ">= 1"),
     "missing prompt_len": (
@@ -146,6 +146,36 @@ BAD_PARQUET = {
         "prompt_len",
         1,
         "missing value",
+    ),
+    "NaN prompt_len": (
+        "blocks",
+        lambda t: _set(
+            t, "prompt_len", [5.0, 5.0, float("nan"), 5.0, 5.0, 5.0], __import__("pyarrow").float64()
+        ),
+        "prompt_len",
+        2,
+        "missing value",
+    ),
+    "zero output_len": (
+        "blocks",
+        lambda t: _set(t, "output_len", [1, 1, 1, 0, 1, 1]),
+        "output_len",
+        3,
+        ">= 1",
+    ),
+    "prompt_len over the maximum": (
+        "blocks",
+        lambda t: _set(t, "prompt_len", [5, 5, 5, 5, 2**31, 5]),
+        "prompt_len",
+        4,
+        "must be <=",
+    ),
+    "float prompt_len over int64": (
+        "blocks",
+        lambda t: _set(t, "prompt_len", [5.0, 1e30, 5.0, 5.0, 5.0, 5.0], __import__("pyarrow").float64()),
+        "prompt_len",
+        1,
+        "must be <=",
     ),
     "negative turn": ("tokens", lambda t: _set(t, "turn", [0, 0, 0, -1, 0, 0]), "turn", 3, ">= 0"),
     "duplicate rid": (
@@ -222,3 +252,30 @@ def test_parquet_refuses_an_empty_trace(tmp_path):
 def test_untampered_parquet_still_reads(tmp_path):
     for kind in ("blocks", "tokens"):
         assert len(read_parquet(_tampered(tmp_path, kind, lambda t: t))) == 6
+
+
+@pytest.mark.parametrize("column", ["prompt_len", "output_len", "parent", "arrival_s"])
+def test_parquet_text_columns_are_refused(tmp_path, column):
+    import pyarrow as pa
+
+    path = _tampered(
+        tmp_path, "blocks", lambda t: _set(t, column, ["5", "x", "5", "5", "5", "5"], pa.string())
+    )
+    with pytest.raises(TraceFormatError, match=f"field '{column}': must be a numeric column"):
+        read_parquet(path)
+
+
+def test_parquet_huge_chain_ids_are_renumbered(tmp_path):
+    """Equal ids stay equal, but arrays are no longer sized by a foreign file's huge ids."""
+    plain = _tampered(tmp_path, "blocks", lambda t: t)
+    want = read_parquet(plain)
+    big = tmp_path / "big"
+    big.mkdir()
+    path = _tampered(
+        big,
+        "blocks",
+        lambda t: _set(t, "chain_ids", [[c + 2**40 for c in r] for r in _column(t, "chain_ids")]),
+    )
+    got = read_parquet(path)
+    assert int(got.content.chain_ids.max()) < len(got.content.chain_ids)
+    assert np.array_equal(got.sequence_pages(16)[1], want.sequence_pages(16)[1])

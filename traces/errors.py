@@ -20,3 +20,10 @@ class TraceFormatError(ValueError):
 
 class TraceWarning(UserWarning):
     """Something a reader changed on purpose (re-sorted rows, truncated content); never a silent drop."""
+
+
+class TraceOutputError(TraceFormatError):
+    """An output path kvplan will not write: the input itself, a link, a device, a FIFO, a directory."""
+
+    def __init__(self, path: str, problem: str):
+        super().__init__(path, None, None, problem)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 from traces.continuation import ContinuationMode
 from traces.errors import TraceFormatError
-from traces.jsonl import open_text
 from traces.readers.azure import read_azure
 from traces.readers.dynamo import read_dynamo_events
 from traces.readers.mooncake import DEFAULT_BLOCK_SIZE, read_mooncake
 from traces.readers.ragpulse import TRACE_FILE, read_ragpulse
 from traces.readers.tokens import read_token_jsonl
 from traces.schema import Trace
+from traces.source import TraceInput, is_stdin
 
 #: Format names accepted by ``fmt=`` and ``--format``.
 FORMATS: tuple[str, ...] = ("mooncake", "ragpulse", "azure", "dynamo-events", "tokens", "parquet")
@@ -24,27 +24,31 @@ def detect_format(path: str | Path) -> str:
     """Name the format of ``path`` from its first bytes / first record."""
     p = Path(path)
     if p.is_dir():
-        if (p / TRACE_FILE).exists():
-            return "ragpulse"
-        raise TraceFormatError(str(p), None, None, f"a directory, but no RAGPulse {TRACE_FILE} inside")
-    with open(p, "rb") as fh:
-        if fh.read(4) == b"PAR1":
-            return "parquet"
-    first = ""
-    with open_text(p) as fh:
-        for line in fh:
-            if line.strip():
-                first = line.strip()
-                break
+        return _directory_format(p)
+    with TraceInput(p) as inp:
+        return _detect(inp)
+
+
+def _directory_format(p: Path) -> str:
+    if (p / TRACE_FILE).exists():
+        return "ragpulse"
+    raise TraceFormatError(str(p), None, None, f"a directory, but no RAGPulse {TRACE_FILE} inside")
+
+
+def _detect(inp: TraceInput) -> str:
+    """The format of an open input, from its magic bytes or its first record (nothing is consumed)."""
+    if inp.kind == "parquet":
+        return "parquet"
+    first = inp.first_record()
     if not first:
-        raise TraceFormatError(str(p), None, None, "empty trace: no records")
+        raise TraceFormatError(inp.name, None, None, "empty trace: no records")
     if first.replace(" ", "").startswith("TIMESTAMP,ContextTokens"):
         return "azure"
     try:
         obj = json.loads(first)
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         raise TraceFormatError(
-            str(p),
+            inp.name,
             None,
             None,
             "unknown trace format (first record is not JSON or an Azure CSV header); pass --format",
@@ -58,7 +62,7 @@ def detect_format(path: str | Path) -> str:
             return "ragpulse"
         if "hash_ids" in obj:
             return "mooncake"
-    raise TraceFormatError(str(p), None, None, f"unknown trace format; pass one of {', '.join(FORMATS)}")
+    raise TraceFormatError(inp.name, None, None, f"unknown trace format; pass one of {', '.join(FORMATS)}")
 
 
 def load_trace(
@@ -66,22 +70,46 @@ def load_trace(
     fmt: str | None = None,
     block_size: int | None = None,
     continuation: ContinuationMode = "reuse-output",
+    limit: int | None = None,
 ) -> Trace:
-    """Read any supported trace. ``block_size`` applies to Mooncake hash ids (default 512)."""
+    """Read any supported trace, opening it once (``-`` is stdin; pipes and FIFOs work).
+
+    ``block_size`` applies to Mooncake hash ids (None: 512). ``limit`` reads only the first records
+    of the file (in file order; ``trace head``), so the rest of the input is never read.
+    """
+    if fmt is not None and fmt not in FORMATS:
+        raise ValueError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
+    p = Path(path)
+    if not is_stdin(path) and not p.exists():
+        raise FileNotFoundError(f"{p}: no such file or directory")
+    if p.is_dir():
+        if (fmt or "ragpulse") != "ragpulse":
+            raise TraceFormatError(
+                str(p), None, None, f"a directory (a RAGPulse trace), so --format {fmt} does not apply"
+            )
+        _directory_format(p)
+        return read_ragpulse(p, limit)
+    with TraceInput(path) as inp:
+        return _read(inp, fmt or _detect(inp), block_size, continuation, limit)
+
+
+def _read(
+    inp: TraceInput, fmt: str, block_size: int | None, continuation: ContinuationMode, limit: int | None
+) -> Trace:
     from traces.parquet import read_parquet
 
-    p = Path(path)
-    if not p.exists():
-        raise FileNotFoundError(f"{p}: no such file or directory")
-    fmt = fmt or detect_format(p)
+    if fmt != "parquet" and inp.kind == "parquet":
+        raise TraceFormatError(
+            inp.name, None, None, f"a parquet file, not {fmt}; pass --format parquet or no --format"
+        )
     readers: dict[str, Callable[[], Trace]] = {
-        "mooncake": lambda: read_mooncake(p, block_size or DEFAULT_BLOCK_SIZE, continuation),
-        "ragpulse": lambda: read_ragpulse(p),
-        "azure": lambda: read_azure(p),
-        "dynamo-events": lambda: read_dynamo_events(p, continuation),
-        "tokens": lambda: read_token_jsonl(p),
-        "parquet": lambda: read_parquet(p),
+        "mooncake": lambda: read_mooncake(
+            inp, DEFAULT_BLOCK_SIZE if block_size is None else block_size, continuation, limit
+        ),
+        "ragpulse": lambda: read_ragpulse(inp, limit),
+        "azure": lambda: read_azure(inp, limit),
+        "dynamo-events": lambda: read_dynamo_events(inp, continuation, limit),
+        "tokens": lambda: read_token_jsonl(inp, limit),
+        "parquet": lambda: read_parquet(inp, limit),
     }
-    if fmt not in readers:
-        raise ValueError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
     return readers[fmt]()

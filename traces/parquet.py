@@ -19,8 +19,11 @@ import pyarrow.parquet as pq
 
 from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
 from traces.errors import TraceFormatError
-from traces.parquet_checks import check_content, check_format_version, check_requests
+from traces.jsonl import opened
+from traces.output import check_output_path, umask_mode
+from traces.parquet_checks import check_content, check_format_version, check_requests, dense_chain_ids
 from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
+from traces.source import TraceInput
 
 FORMAT_VERSION = "1"
 _LISTS = {"blocks": ("chain_ids", "block_lens"), "tokens": ("tokens",)}
@@ -31,7 +34,9 @@ def _list_column(offsets: np.ndarray, values: np.ndarray) -> pa.LargeListArray:
 
 
 def write_parquet(trace: Trace, path: str | Path) -> Path:
-    """Write ``trace`` to ``path`` atomically; returns the path."""
+    """Write ``trace`` to ``path`` atomically (temporary name, then rename); returns the path.
+
+    Refuses a ``path`` that is a link, a device, a FIFO or a directory (see :mod:`traces.output`)."""
     path = Path(path)
     table = pa.Table.from_pandas(trace.requests, preserve_index=False)
     content = trace.content
@@ -48,9 +53,11 @@ def write_parquet(trace: Trace, path: str | Path) -> Path:
         b"kvplan.closed_loop": json.dumps(closed_loop_to_dict(trace.closed_loop)).encode(),
     }
     table = table.replace_schema_metadata({**(table.schema.metadata or {}), **meta})
+    check_output_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
     os.close(fd)
     try:
+        os.chmod(tmp, umask_mode())  # mkstemp makes 0600; a trace is shared like any other file
         pq.write_table(table, tmp)
         os.replace(tmp, path)
     except BaseException:
@@ -80,13 +87,19 @@ def _list_values(src: str, table: pa.Table, name: str) -> tuple[np.ndarray, np.n
     return offsets - offsets[0], values[offsets[0] : offsets[-1]]
 
 
-def read_parquet(path: str | Path) -> Trace:
-    """Read a trace written by :func:`write_parquet`, with the text readers' consistency checks."""
-    src = str(path)
-    try:
-        table = pq.read_table(src)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceFormatError(src, None, None, f"not a readable parquet file ({exc})") from None
+def _read_table(path: TraceInput | str | Path, limit: int | None) -> tuple[str, pa.Table]:
+    with opened(path) as inp:
+        try:
+            table = pq.read_table(inp.binary())
+        except (pa.ArrowException, OSError) as exc:
+            raise TraceFormatError(inp.name, None, None, f"not a readable parquet file ({exc})") from None
+    return inp.name, table if limit is None else table.slice(0, max(limit, 0))
+
+
+def read_parquet(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
+    """Read a trace written by :func:`write_parquet` (its first ``limit`` rows), with the text
+    readers' consistency checks."""
+    src, table = _read_table(path, limit)
     meta = table.schema.metadata or {}
     kind = meta.get(b"kvplan.content", b"").decode()
     if kind not in _LISTS:
@@ -101,7 +114,7 @@ def read_parquet(path: str | Path) -> Trace:
     check_content(src, requests, lists)
     if kind == "blocks":
         (offsets, chains), (_, lens) = lists["chain_ids"], lists["block_lens"]
-        content: BlockContent | TokenContent = BlockContent(offsets, chains, lens)
+        content: BlockContent | TokenContent = BlockContent(offsets, dense_chain_ids(chains), lens)
     else:
         content = TokenContent(*lists["tokens"])
     for col, dtype in (

@@ -12,7 +12,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from traces.chains import sorted_dense_ids
 from traces.errors import TraceFormatError
+from traces.jsonl import MAX_TOKENS
 
 MAX_TOKEN_ID = 2**31 - 1  # as the token JSONL reader (traces/readers/tokens.py)
 
@@ -37,14 +39,23 @@ def _fail(src: str, mask: np.ndarray, field: str, problem) -> None:
         raise TraceFormatError(src, None, field, problem(row), row=row)
 
 
-def _int_column(src: str, frame: pd.DataFrame, name: str, minimum: int) -> np.ndarray:
+def _numeric(src: str, frame: pd.DataFrame, name: str) -> pd.Series:
     col = frame[name]
+    if pd.api.types.is_bool_dtype(col.dtype) or not pd.api.types.is_numeric_dtype(col.dtype):
+        raise TraceFormatError(src, None, name, f"must be a numeric column, got {col.dtype}")
+    return col
+
+
+def _int_column(src: str, frame: pd.DataFrame, name: str, minimum: int, maximum: int = 2**62) -> np.ndarray:
+    col = _numeric(src, frame, name)
     _fail(src, col.isna().to_numpy(), name, lambda r: "missing value")
     if not pd.api.types.is_integer_dtype(col.dtype):
         values = col.to_numpy(np.float64)
         _fail(src, values != np.floor(values), name, lambda r: f"must be an integer, got {values[r]!r}")
+        _fail(src, np.abs(values) > maximum, name, lambda r: f"must be <= {maximum:,}, got {values[r]!r}")
     values = col.to_numpy(np.int64)
     _fail(src, values < minimum, name, lambda r: f"must be >= {minimum}, got {values[r]}")
+    _fail(src, values > maximum, name, lambda r: f"must be <= {maximum:,}, got {values[r]:,}")
     return values
 
 
@@ -69,12 +80,12 @@ def check_requests(src: str, frame: pd.DataFrame) -> None:
             f"duplicate rid {rid.iloc[r]!r} (first at row {int(np.flatnonzero(rid == rid.iloc[r])[0])})"
         ),
     )
-    _int_column(src, frame, "prompt_len", 1)
-    _int_column(src, frame, "output_len", 0)
+    _int_column(src, frame, "prompt_len", 1, MAX_TOKENS)
+    _int_column(src, frame, "output_len", 1, MAX_TOKENS)
     _int_column(src, frame, "turn", 0)
     parent = _int_column(src, frame, "parent", -1)
     _fail(src, parent >= np.arange(n), "parent", lambda r: f"must be -1 or an earlier row, got {parent[r]}")
-    arrival = frame["arrival_s"].to_numpy(np.float64)
+    arrival = _numeric(src, frame, "arrival_s").to_numpy(np.float64)
     _fail(
         src,
         np.isinf(arrival),
@@ -110,3 +121,11 @@ def check_content(src: str, frame: pd.DataFrame, columns: dict[str, tuple[np.nda
     _fail(
         src, seq != want, content, lambda r: f"holds {seq[r]} tokens but prompt_len + output_len = {want[r]}"
     )
+
+
+def dense_chain_ids(chains: np.ndarray) -> np.ndarray:
+    """Chain ids small enough to index arrays with: kept when they already are (kvplan writes them
+    so), renumbered (equal stays equal) when a file holds huge ones, which would size arrays by them."""
+    if len(chains) == 0 or int(chains.max()) < 4 * len(chains) + 4096:
+        return chains
+    return sorted_dense_ids(chains)[0]

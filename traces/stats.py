@@ -58,7 +58,8 @@ def _block_scan(content: BlockContent, output_len: np.ndarray, page_size: int) -
     """
     offsets = content.offsets
     n_ids = int(content.chain_ids.max(initial=-1)) + 1
-    # int32: a block and a position in one sequence are far below 2**31 tokens
+    # int32: a block and a position in one sequence stay below 2**31 (prompt and output are each at
+    # most MAX_TOKENS = 2**30, checked by every reader)
     best = np.zeros(n_ids, dtype=np.int32)  # inserted tokens per chain, over rows already scanned
     longest = np.zeros(n_ids, dtype=np.int32)  # tokens per chain over all sequences (distinct pages)
     start_of = np.zeros(n_ids, dtype=np.int32)

@@ -13,15 +13,21 @@ import typer
 from simulator.cli.common import print_json, user_errors_exit
 from traces import DEFAULT_PAGE_SIZE, FORMATS, Trace, load_trace, trace_stats, write_parquet
 from traces.continuation import CONTINUATION_MODES
+from traces.output import check_output_path
+from traces.readers.ragpulse import COMPONENT_ORDER, TRACE_FILE
 
 app = typer.Typer(help="Inspect and convert traces.", no_args_is_help=True)
 
-TraceArg = Annotated[Path, typer.Argument(help="Trace file (or RAGPulse directory); format auto-detected.")]
+TraceArg = Annotated[
+    Path,
+    typer.Argument(help="Trace file (or RAGPulse directory; - for stdin; pipes work); format auto-detected."),
+]
 FormatOpt = Annotated[
     str | None, typer.Option("--format", help=f"Force the format: {', '.join(FORMATS)}.", show_default=False)
 ]
 BlockOpt = Annotated[
-    int | None, typer.Option("--block-size", min=1, help="Tokens per hash id for Mooncake traces [512].")
+    int | None,
+    typer.Option("--block-size", min=1, max=2**30, help="Tokens per hash id for Mooncake traces [512]."),
 ]
 ContOpt = Annotated[
     str,
@@ -42,7 +48,9 @@ def _warnings_to_stderr() -> Iterator[None]:
         typer.echo(f"kvplan: warning: {w.message}", err=True)
 
 
-def _load(trace: Path, fmt: str | None, block_size: int | None, continuation: str) -> Trace:
+def _load(
+    trace: Path, fmt: str | None, block_size: int | None, continuation: str, limit: int | None = None
+) -> Trace:
     if fmt is not None and fmt not in FORMATS:
         raise typer.BadParameter(
             f"unknown format {fmt!r}; known: {', '.join(FORMATS)}", param_hint="--format"
@@ -52,7 +60,14 @@ def _load(trace: Path, fmt: str | None, block_size: int | None, continuation: st
             f"must be one of {', '.join(CONTINUATION_MODES)}", param_hint="--continuation"
         )
     with _warnings_to_stderr():
-        return load_trace(trace, fmt=fmt, block_size=block_size, continuation=continuation)  # type: ignore[arg-type]
+        return load_trace(trace, fmt=fmt, block_size=block_size, continuation=continuation, limit=limit)  # type: ignore[arg-type]
+
+
+def _input_files(trace: Path) -> list[Path]:
+    """The files a trace argument reads (a RAGPulse directory: its trace and its tables)."""
+    if trace.is_dir():
+        return [trace / TRACE_FILE, *(trace / name for _, name, _ in COMPONENT_ORDER)]
+    return [trace]
 
 
 def _fmt_dist(d: dict[str, float]) -> str:
@@ -126,7 +141,8 @@ def convert(
     block_size: BlockOpt = None,
     continuation: ContOpt = "reuse-output",
 ) -> None:
-    """Convert any supported trace to the canonical parquet format."""
+    """Convert any supported trace to the canonical parquet format (never over the input)."""
+    check_output_path(output, _input_files(trace))
     t = _load(trace, fmt, block_size, continuation)
     write_parquet(t, output)
     typer.echo(f"wrote {len(t):,} requests to {output}", err=True)
@@ -141,8 +157,8 @@ def head(
     block_size: BlockOpt = None,
     continuation: ContOpt = "reuse-output",
 ) -> None:
-    """The first N requests of the canonical request table (plus block/token counts)."""
-    t = _load(trace, fmt, block_size, continuation).head(n)
+    """The first N requests of the file (plus block/token counts); reads no further than them."""
+    t = _load(trace, fmt, block_size, continuation, limit=max(n, 1)).head(n)
     frame = t.requests.copy()
     counts = t.content.offsets[1:] - t.content.offsets[:-1]
     frame["blocks" if t.content.kind == "blocks" else "tokens"] = counts

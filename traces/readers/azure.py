@@ -14,35 +14,88 @@ import numpy as np
 from traces.buffers import IntBuffer
 from traces.continuation import build_sequences
 from traces.errors import TraceFormatError
-from traces.jsonl import open_text
+from traces.jsonl import check_max, opened
 from traces.readers.common import arrival_order
 from traces.schema import Trace, make_requests
+from traces.source import TraceInput
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+_NAT = int(np.datetime64("NaT", "ns").astype(np.int64))
 
 
-def _int_cell(src: str, line: int, name: str, cell: str, minimum: int) -> int:
+#: Numeric timestamps are Unix epoch times; the unit is read from the magnitude (below 1e11 seconds,
+#: i.e. before the year 5138; then milliseconds, microseconds, nanoseconds), and must not change.
+_EPOCH_UNITS: tuple[tuple[float, str, int], ...] = (
+    (1e11, "seconds", 10**9),
+    (1e14, "milliseconds", 10**6),
+    (1e17, "microseconds", 10**3),
+    (9.2e18, "nanoseconds", 1),
+)
+
+
+def _int_cell(src: str, line: int, name: str, cell: str) -> int:
+    """A token count cell: an integer in [1, MAX_TOKENS]."""
     try:
         value = int(cell)
     except ValueError:
-        raise TraceFormatError(src, line, name, f"must be an integer, got {cell!r}") from None
-    if value < minimum:
-        raise TraceFormatError(src, line, name, f"must be >= {minimum}, got {value}")
-    return value
+        raise TraceFormatError(src, line, name, f"must be an integer, got {cell[:40]!r}") from None
+    if value < 1:
+        raise TraceFormatError(src, line, name, f"must be >= 1, got {value}")
+    return check_max(src, line, name, value)
 
 
-def read_azure(path: str | Path) -> Trace:
-    """Read an Azure 2023 LLM inference CSV (streaming) into a canonical trace."""
-    src = str(path)
-    ts_ns, lines, in_len, out_len = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
-    with open_text(src) as fh:
-        reader = csv.reader(fh)
+def _timestamp_ns(src: str, line: int, cell: str, units: dict[str, int]) -> int:
+    """Nanoseconds since the epoch of a TIMESTAMP cell (a date-time, or an epoch number)."""
+    text = cell.strip()
+    if text.replace(".", "", 1).isdigit():
+        return _epoch_ns(src, line, text, units)
+    if "date-time" not in units:
+        units["date-time"] = line
+    if len(units) > 1:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"mixes date-times and epoch numbers: {_units(units)}")
+    if not (text[:4].isdigit() and text[4:5] == "-" and 1678 <= int(text[:4]) <= 2261):
+        # numpy wraps years outside the nanosecond range (1678-2261) silently; refuse them
+        raise TraceFormatError(
+            src, line, "TIMESTAMP", f"not a date-time 'YYYY-MM-DD hh:mm:ss' in 1678-2261: {cell[:40]!r}"
+        )
+    try:
+        ns = int(np.datetime64(text.replace(" ", "T"), "ns").astype(np.int64))
+    except (ValueError, OverflowError):
+        raise TraceFormatError(src, line, "TIMESTAMP", f"not a date-time: {cell[:40]!r}") from None
+    if ns == _NAT:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"not a date-time: {cell[:40]!r} (NaT)")
+    return ns
+
+
+def _epoch_ns(src: str, line: int, text: str, units: dict[str, int]) -> int:
+    value = float(text)
+    unit, scale = next(((u, s) for bound, u, s in _EPOCH_UNITS if value < bound), (None, 0))
+    if unit is None:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"epoch number {text[:40]} is out of range")
+    units.setdefault(unit, line)
+    if len(units) > 1:
+        raise TraceFormatError(src, line, "TIMESTAMP", f"epoch unit changes: {_units(units)}")
+    return round(value * scale)
+
+
+def _units(units: dict[str, int]) -> str:
+    return ", ".join(f"{u} from line {n}" for u, n in units.items())
+
+
+def read_azure(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
+    """Read an Azure 2023 LLM inference CSV (streaming; the first ``limit`` rows) into a canonical trace."""
+    with opened(path) as inp:
+        src = inp.name
+        ts_ns, lines, in_len, out_len = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
+        units: dict[str, int] = {}
+        numbered = inp.lines()
+        reader = csv.reader(text for _, text in numbered)
         header = next(reader, None)
         if header is None:
             raise TraceFormatError(src, None, None, "empty trace: no header and no records")
         if tuple(h.strip() for h in header) != HEADER:
             raise TraceFormatError(
-                src, 1, None, f"expected header {','.join(HEADER)}, got {','.join(header)}"
+                src, 1, None, f"expected header {','.join(HEADER)}, got {','.join(header)!r}"
             )
         for row in reader:
             line = reader.line_num
@@ -50,14 +103,12 @@ def read_azure(path: str | Path) -> Trace:
                 continue
             if len(row) != 3:
                 raise TraceFormatError(src, line, None, f"expected 3 columns, got {len(row)}")
-            try:
-                t = np.datetime64(row[0].strip().replace(" ", "T"), "ns")
-            except ValueError:
-                raise TraceFormatError(src, line, "TIMESTAMP", f"not a date-time: {row[0]!r}") from None
-            ts_ns.append(int(t.astype(np.int64)))
+            ts_ns.append(_timestamp_ns(src, line, row[0], units))
             lines.append(line)
-            in_len.append(_int_cell(src, line, "ContextTokens", row[1], 1))
-            out_len.append(_int_cell(src, line, "GeneratedTokens", row[2], 0))
+            in_len.append(_int_cell(src, line, "ContextTokens", row[1]))
+            out_len.append(_int_cell(src, line, "GeneratedTokens", row[2]))
+            if limit is not None and len(lines) >= limit:
+                break
     if len(lines) == 0:
         raise TraceFormatError(src, None, None, "empty trace: no records")
     t = ts_ns.numpy()

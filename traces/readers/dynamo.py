@@ -19,11 +19,24 @@ from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
 from traces.continuation import ContinuationMode, link_and_build
 from traces.errors import TraceFormatError
-from traces.jsonl import check_int, get_field, int_field, iter_json_lines, locate_bad_int, require_object
+from traces.jsonl import (
+    check_int,
+    check_max,
+    get_field,
+    hash_id_list,
+    int_field,
+    iter_json_lines,
+    length_field,
+    locate_bad_int,
+    opened,
+    require_object,
+)
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, session_links
 from traces.schema import Trace, make_requests
+from traces.source import TraceInput
 
 SCHEMA = "dynamo.request.trace.v1"
+MAX_MS = 2**53  # timestamps above this lose integer precision as float64
 
 
 def _sub(src: str, line: int, obj: dict, key: str, where: str) -> dict:
@@ -36,14 +49,7 @@ def _sub(src: str, line: int, obj: dict, key: str, where: str) -> dict:
 def _block_hashes(src: str, line: int, replay: dict, n_in: int, bs: int, hashes: IntBuffer) -> list:
     """The request's chained block hashes (one per started block), appended to ``hashes``."""
     name = "event.request.replay.input_sequence_hashes"
-    ids = get_field(src, line, replay, "input_sequence_hashes", name)
-    if not isinstance(ids, list):
-        raise TraceFormatError(src, line, name, f"must be a list of integers, got {type(ids).__name__}")
-    want = -(-n_in // bs)
-    if len(ids) != want:
-        raise TraceFormatError(
-            src, line, name, f"has {len(ids)} hashes but input_length {n_in} needs ceil({n_in}/{bs}) = {want}"
-        )
+    ids = hash_id_list(src, line, replay, "input_sequence_hashes", n_in, bs, name)
     try:
         hashes.extend(ids)
     except (TypeError, OverflowError):
@@ -60,13 +66,20 @@ def _identity(src: str, line: int, event: dict, req: dict) -> tuple[str, str | N
     session = ctx.get("session_id") if isinstance(ctx, dict) else None
     if session is not None and not isinstance(session, str):
         raise TraceFormatError(src, line, "event.agent_context.session_id", "must be a string")
-    c = req.get("cached_tokens", -1)
+    c = req.get("cached_tokens")
     return rid, session, -1 if c is None else check_int(src, line, "event.request.cached_tokens", c, 0)
 
 
-def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse-output") -> Trace:
-    """Read a Dynamo request-trace event file into a canonical trace."""
-    src = str(path)
+def read_dynamo_events(
+    path: TraceInput | str | Path, continuation: ContinuationMode = "reuse-output", limit: int | None = None
+) -> Trace:
+    """Read a Dynamo request-trace event file (the first ``limit`` lines) into a canonical trace."""
+    with opened(path) as inp:
+        return _read(inp, continuation, limit)
+
+
+def _read(inp: TraceInput, continuation: ContinuationMode, limit: int | None) -> Trace:
+    src = inp.name
     received, in_len, out_len, cached, counts, hashes = (
         FloatBuffer(),
         IntBuffer(),
@@ -78,7 +91,8 @@ def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse
     rids: list[str] = []
     sessions: list[str | None] = []
     block_size: int | None = None
-    for line, obj in iter_json_lines(src):
+    first_line: dict[str, int] = {}
+    for line, obj in iter_json_lines(inp, limit):
         event = _sub(src, line, require_object(src, line, obj), "event", "event")
         if event.get("schema") != SCHEMA:
             raise TraceFormatError(
@@ -89,6 +103,7 @@ def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse
         req = _sub(src, line, event, "request", "event.request")
         replay = _sub(src, line, req, "replay", "event.request.replay")
         bs = int_field(src, line, replay, "trace_block_size", 1, "event.request.replay.trace_block_size")
+        check_max(src, line, "event.request.replay.trace_block_size", bs)
         if block_size is None:
             block_size = bs
         elif bs != block_size:
@@ -98,11 +113,20 @@ def read_dynamo_events(path: str | Path, continuation: ContinuationMode = "reuse
                 "event.request.replay.trace_block_size",
                 f"{bs} differs from the file's first block size {block_size}",
             )
-        n_in = int_field(src, line, replay, "input_length", 1, "event.request.replay.input_length")
-        n_out = int_field(src, line, req, "output_tokens", 0, "event.request.output_tokens")
+        n_in = length_field(src, line, replay, "input_length", "event.request.replay.input_length")
+        n_out = length_field(src, line, req, "output_tokens", "event.request.output_tokens")
         t = int_field(src, line, req, "request_received_ms", 0, "event.request.request_received_ms")
+        check_max(src, line, "event.request.request_received_ms", t, MAX_MS)
         ids = _block_hashes(src, line, replay, n_in, bs, hashes)
         rid, session, c = _identity(src, line, event, req)
+        if rid in first_line:
+            raise TraceFormatError(
+                src,
+                line,
+                "event.request.request_id",
+                f"duplicate request id {rid!r} (first at line {first_line[rid]})",
+            )
+        first_line[rid] = line
         cached.append(c)
         received.append(t)
         in_len.append(n_in)

@@ -17,49 +17,57 @@ from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
 from traces.continuation import ContinuationMode, link_and_build
 from traces.errors import TraceFormatError
-from traces.jsonl import get_field, int_field, iter_json_lines, locate_bad_int, number_field, require_object
+from traces.jsonl import (
+    check_max,
+    hash_id_list,
+    iter_json_lines,
+    length_field,
+    locate_bad_int,
+    number_field,
+    opened,
+    require_object,
+)
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, roots_and_depths
 from traces.schema import Trace, int_labels, make_requests
+from traces.source import TraceInput
 
 DEFAULT_BLOCK_SIZE = 512
 
 
+def check_block_size(src: str, block_size: int) -> int:
+    """Tokens per hash id: at least 1 (0 is not 'the default') and at most MAX_TOKENS."""
+    if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1:
+        raise TraceFormatError(src, None, "block_size", f"must be an integer >= 1, got {block_size!r}")
+    return check_max(src, None, "block_size", block_size)
+
+
 def read_mooncake(
-    path: str | Path, block_size: int = DEFAULT_BLOCK_SIZE, continuation: ContinuationMode = "reuse-output"
+    path: TraceInput | str | Path,
+    block_size: int = DEFAULT_BLOCK_SIZE,
+    continuation: ContinuationMode = "reuse-output",
+    limit: int | None = None,
 ) -> Trace:
-    """Read a Mooncake-format JSONL trace (streaming) into a canonical trace."""
-    src = str(path)
-    if block_size < 1:
-        raise ValueError(f"block size must be >= 1, got {block_size}")
-    ts, lines = FloatBuffer(), IntBuffer()
-    in_len, out_len, counts, hashes = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
-    for line, obj in iter_json_lines(src):
-        obj = require_object(src, line, obj)
-        t = number_field(src, line, obj, "timestamp")
-        n_in = int_field(src, line, obj, "input_length", minimum=1)
-        n_out = int_field(src, line, obj, "output_length", minimum=0)
-        ids = get_field(src, line, obj, "hash_ids")
-        if not isinstance(ids, list):
-            raise TraceFormatError(
-                src, line, "hash_ids", f"must be a list of integers, got {type(ids).__name__}"
-            )
-        want = -(-n_in // block_size)
-        if len(ids) != want:
-            raise TraceFormatError(
-                src,
-                line,
-                "hash_ids",
-                f"has {len(ids)} ids but input_length {n_in} needs ceil({n_in}/{block_size}) = {want}",
-            )
-        try:
-            hashes.extend(ids)
-        except (TypeError, OverflowError):
-            locate_bad_int(src, line, "hash_ids", ids, minimum=None)
-        ts.append(t)
-        lines.append(line)
-        in_len.append(n_in)
-        out_len.append(n_out)
-        counts.append(len(ids))
+    """Read a Mooncake-format JSONL trace (streaming; the first ``limit`` records) into a canonical trace."""
+    with opened(path) as inp:
+        src = inp.name
+        check_block_size(src, block_size)
+        ts, lines = FloatBuffer(), IntBuffer()
+        in_len, out_len, counts, hashes = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
+        for line, obj in iter_json_lines(inp, limit):
+            obj = require_object(src, line, obj)
+            t = number_field(src, line, obj, "timestamp")
+            n_in = length_field(src, line, obj, "input_length")
+            n_out = length_field(src, line, obj, "output_length")
+            ids = hash_id_list(src, line, obj, "hash_ids", n_in, block_size)
+            try:
+                hashes.extend(ids)
+            except (TypeError, OverflowError):
+                locate_bad_int(src, line, "hash_ids", ids, minimum=None)
+            ts.append(t)
+            lines.append(line)
+            in_len.append(n_in)
+            out_len.append(n_out)
+            counts.append(len(ids))
     return _assemble(
         src,
         ts.numpy() / 1000.0,

@@ -25,9 +25,19 @@ from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
 from traces.continuation import build_sequences
 from traces.errors import TraceFormatError, TraceWarning
-from traces.jsonl import check_int, get_field, int_field, iter_json_lines, number_field, require_object
+from traces.jsonl import (
+    check_int,
+    get_field,
+    int_field,
+    iter_json_lines,
+    length_field,
+    number_field,
+    opened,
+    require_object,
+)
 from traces.readers.common import arrival_order, reorder_csr, session_links
 from traces.schema import Trace, make_requests
+from traces.source import TraceInput
 
 #: (trace key, table file, id key in the table), in assumed prompt order.
 COMPONENT_ORDER: tuple[tuple[str, str, str], ...] = (
@@ -43,10 +53,16 @@ _NS = 1 << 40  # component namespace stride for raw segment ids
 
 def _load_table(path: Path, id_key: str) -> dict[int, int]:
     table: dict[int, int] = {}
+    first_line: dict[int, int] = {}
     for line, obj in iter_json_lines(path):
         obj = require_object(str(path), line, obj)
         seg = int_field(str(path), line, obj, id_key, 0)
-        table[seg] = int_field(str(path), line, obj, "token_length", 1)
+        if seg in table:
+            raise TraceFormatError(
+                str(path), line, id_key, f"duplicate id {seg} (first at line {first_line[seg]})"
+            )
+        first_line[seg] = line
+        table[seg] = length_field(str(path), line, obj, "token_length")
     return table
 
 
@@ -103,22 +119,31 @@ def _fit_to_input(ids: list[int], lens: list[int], n_in: int, unique_id: int) ->
     return extra < 0
 
 
-def read_ragpulse(path: str | Path) -> Trace:
+def read_ragpulse(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
     """Read RAGPulse from its directory or its ``0_trace.jsonl`` (tables must sit beside it)."""
-    p = Path(path)
+    if isinstance(path, TraceInput) and not path.regular:
+        raise TraceFormatError(
+            path.name, None, None, "a RAGPulse trace needs its tables beside it: pass the file or directory"
+        )
+    p = path.path if isinstance(path, TraceInput) else Path(path)
     trace_path = p / TRACE_FILE if p.is_dir() else p
-    src = str(trace_path)
     tables = _load_tables(trace_path)
+    with opened(path if isinstance(path, TraceInput) else trace_path) as inp:
+        return _read(inp, tables, limit)
+
+
+def _read(inp: TraceInput, tables: list[dict[int, int]], limit: int | None) -> Trace:
+    src = inp.name
     ts, lines, in_len, out_len = FloatBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
     counts, seg_ids, seg_lens = IntBuffer(), IntBuffer(), IntBuffer()
     sessions: list[str] = []
     cut = 0
     first_cut = None
-    for line, obj in iter_json_lines(src):
+    for line, obj in iter_json_lines(inp, limit):
         obj = require_object(src, line, obj)
         t = number_field(src, line, obj, "timestamp")
-        n_in = int_field(src, line, obj, "input_length", 1)
-        n_out = int_field(src, line, obj, "output_length", 0)
+        n_in = length_field(src, line, obj, "input_length")
+        n_out = length_field(src, line, obj, "output_length")
         ids, lens = _segments(src, line, obj, tables)
         session = get_field(src, line, obj, "session_id")
         if not isinstance(session, str) or not session:

@@ -15,9 +15,10 @@ import numpy as np
 from traces.buffers import IntBuffer
 from traces.closed_loop import SequentialReplay
 from traces.errors import TraceFormatError
-from traces.jsonl import check_int, get_field, iter_json_lines, locate_bad_int, require_object
+from traces.jsonl import check_int, get_field, iter_json_lines, locate_bad_int, opened, require_object
 from traces.readers.common import session_links
 from traces.schema import TokenContent, Trace, make_requests
+from traces.source import TraceInput
 
 MAX_TOKEN_ID = 2**31 - 1
 
@@ -38,15 +39,42 @@ def _ids(src: str, line: int, obj: dict, key: str, buf: IntBuffer) -> int:
     return len(ids)
 
 
-def read_token_jsonl(path: str | Path) -> Trace:
-    """Read a raw-token JSONL workload into a canonical trace (token content)."""
-    src = str(path)
+def _session(src: str, line: int, obj: dict, first_of_type: dict[type, int]) -> str | None:
+    """The session label; integer and string sessions may not mix in one file (is ``1`` the same
+    session as ``"1"``? kvplan refuses to guess)."""
+    session = obj.get("session")
+    if session is None:
+        return None
+    if isinstance(session, bool) or not isinstance(session, (str, int)):
+        raise TraceFormatError(src, line, "session", f"must be a string or an integer, got {session!r}")
+    first_of_type.setdefault(type(session), line)
+    if len(first_of_type) > 1:
+        lines = {t.__name__: n for t, n in first_of_type.items()}
+        raise TraceFormatError(
+            src,
+            line,
+            "session",
+            f"mixes integer and string sessions (first int at line {lines['int']}, first str at line "
+            f'{lines["str"]}); use one type so that 1 and "1" are not confused',
+        )
+    return str(session)
+
+
+def read_token_jsonl(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
+    """Read a raw-token JSONL workload (the first ``limit`` records) into a canonical trace."""
+    with opened(path) as inp:
+        return _read(inp, limit)
+
+
+def _read(inp: TraceInput, limit: int | None) -> Trace:
+    src = inp.name
     tokens = IntBuffer()
     in_len, out_len = IntBuffer(), IntBuffer()
     rids: list[str] = []
     sessions: list[str | None] = []
     seen: dict[str, int] = {}
-    for line, obj in iter_json_lines(src):
+    first_of_type: dict[type, int] = {}
+    for line, obj in iter_json_lines(inp, limit):
         obj = require_object(src, line, obj)
         rid = get_field(src, line, obj, "rid")
         if not isinstance(rid, str) or not rid:
@@ -56,11 +84,8 @@ def read_token_jsonl(path: str | Path) -> Trace:
         seen[rid] = line
         in_len.append(_ids(src, line, obj, "input_ids", tokens))
         out_len.append(_ids(src, line, obj, "output_ids", tokens))
-        session = obj.get("session")
-        if session is not None and (isinstance(session, bool) or not isinstance(session, (str, int))):
-            raise TraceFormatError(src, line, "session", f"must be a string or an integer, got {session!r}")
         rids.append(rid)
-        sessions.append(None if session is None else str(session))
+        sessions.append(_session(src, line, obj, first_of_type))
     prompt_len, output_len = in_len.numpy(), out_len.numpy()
     n = len(rids)
     offsets = np.zeros(n + 1, dtype=np.int64)
