@@ -19,6 +19,7 @@ import numpy as np
 from simulator.errors import KvplanError
 from simulator.kv_pages import SWAPageState
 from simulator.memory_ops import MemoryOp, MemoryOpExecutor, OpKind, StepInfo
+from traces.output import umask_mode
 
 FORMAT = "kvplan-oplog"
 VERSION = 1
@@ -137,6 +138,7 @@ def write_op_log(path: str | Path, header: dict, ops: list[MemoryOp], steps: lis
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, umask_mode())  # mkstemp makes 0600; a log is shared like any output
         with os.fdopen(fd, "wb") as f:
             np.savez_compressed(f, **arrays)
         os.replace(tmp, path)

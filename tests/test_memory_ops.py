@@ -314,3 +314,18 @@ def test_heal_of_a_locked_tombstone_remaps_swa() -> None:
     assert len(np.unique(held)) == len(held) == a.full_pages - a.full_free
     swa_held = np.concatenate([ex.pages.full_to_swa[x.value] for x in nodes if x.swa])
     assert len(np.unique(swa_held)) == len(swa_held) == a.swa_pages - a.swa_free
+
+
+def test_op_log_mode_follows_the_umask(tmp_path) -> None:
+    """The log is created by a rename of a mkstemp file (0600); it must get the mode any output
+    file gets from the umask, as kvplan's other outputs do."""
+    import os
+    import stat
+
+    ex = SWAKVAllocator(64, 64, 1).start_recording()
+    old = os.umask(0o022)
+    try:
+        path = write_recording(tmp_path / "m.npz", ex)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
