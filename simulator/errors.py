@@ -20,5 +20,5 @@ class InternalError(Exception):
 
 
 class FlagError(KvplanError):
-    """A command-line flag value or combination refused before any work starts (exit status 2,
-    a usage error, as click gives for a malformed flag)."""
+    """A command-line flag value or combination refused before any work starts (one line naming
+    the flag, exit status 1)."""

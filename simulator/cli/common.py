@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from simulator.errors import FlagError, InternalError, KvplanError
+from simulator.errors import InternalError, KvplanError
 from traces.errors import TraceFormatError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -24,8 +24,6 @@ DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "traces" / "data" / "moonc
 USER_ERRORS = (KvplanError, TraceFormatError, FileNotFoundError, IsADirectoryError, PermissionError)
 # sysexits.h EX_SOFTWARE: an internal software error (a kvplan bug), told apart from exit 1.
 INTERNAL_ERROR_EXIT = 70
-# A refused flag value or combination: a usage error, click's exit status for a malformed flag.
-USAGE_ERROR_EXIT = 2
 
 
 def _show_warning(
@@ -36,8 +34,8 @@ def _show_warning(
 
 
 def user_errors_exit(fn: F) -> F:
-    """Turn our user-facing exceptions into one line on stderr and exit status 1 (2 for a refused
-    flag); show kvplan's own bugs (``InternalError``) with their traceback and exit status 70.
+    """Turn our user-facing exceptions (a refused flag value included) into one line on stderr and
+    exit status 1; show kvplan's own bugs (``InternalError``) with their traceback and exit status 70.
     Python warnings raised meanwhile print as ``kvplan: warning: ...`` lines."""
 
     @functools.wraps(fn)
@@ -54,9 +52,6 @@ def user_errors_exit(fn: F) -> F:
                 err=True,
             )
             raise typer.Exit(code=INTERNAL_ERROR_EXIT) from None
-        except FlagError as exc:
-            typer.echo(f"kvplan: error: {exc}", err=True)
-            raise typer.Exit(code=USAGE_ERROR_EXIT) from None
         except USER_ERRORS as exc:
             typer.echo(f"kvplan: error: {exc}", err=True)
             raise typer.Exit(code=1) from None

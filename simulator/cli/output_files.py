@@ -16,7 +16,7 @@ from pathlib import Path
 from simulator.errors import FlagError
 
 # RunResult.frames (simulator/run.py) and summary.json: what --out DIR receives.
-OUT_TABLES = ("requests", "decode_steps", "prefill_batches")
+OUT_TABLES = ("requests", "decode_steps", "prefill_batches", "retractions")
 OUT_FILES = tuple(f"{t}.{ext}" for t in OUT_TABLES for ext in ("parquet", "csv")) + ("summary.json",)
 
 

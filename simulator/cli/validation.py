@@ -65,8 +65,6 @@ COMMAND_CHECKS: dict[str, tuple[str, Check]] = {
     "sub_question_input_length": ("--sub-question-input-length", TOKENS_OR_ZERO),
     "range_ratio": ("--range-ratio", FRACTION),
     "max_parallel": ("--max-parallel", AT_LEAST_1),
-    "distribution": ("--distribution", Check(choices=lambda: ("poisson", "uniform"))),
-    "ready_queue_policy": ("--ready-queue-policy", Check(choices=lambda: ("random", "fifo"))),
 }
 
 
