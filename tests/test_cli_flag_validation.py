@@ -267,3 +267,20 @@ def test_warnings_print_as_kvplan_warning_lines(tmp_path):
     assert res.exit_code == 0, res.output
     assert "kvplan: warning: " in res.stderr and "timestamps are not sorted" in res.stderr
     assert ".py:" not in res.stderr and "TraceWarning" not in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["run", "--format", "csv"], "'csv' is not one of: mooncake"),
+        (["run", "--seed", "abc"], "'--seed'"),
+        (["run", "--no-such-flag"], "No such option: --no-such-flag"),
+        (["trace", "head", "--nope"], "No such option: --nope"),
+    ],
+)
+def test_malformed_command_lines_are_one_line_usage_errors(args, needle):
+    res = runner.invoke(app, args)
+    assert res.exit_code == 2, res.output
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kvplan: error: ") and needle in lines[0], res.stderr
+    assert f"(see 'kvplan {args[0]}" in lines[0]
