@@ -17,3 +17,8 @@ class ConfigError(KvplanError, ValueError):
 
 class InternalError(Exception):
     """A bug in kvplan (e.g. ``simulator.invariants.InvariantViolation``): shown with a traceback."""
+
+
+class FlagError(KvplanError):
+    """A command-line flag value or combination refused before any work starts (one line naming
+    the flag, exit status 1)."""

@@ -11,6 +11,7 @@ page-size passes (``arg_groups/overrides.py``), and the HiCache ratio default
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from simulator.errors import ConfigError
@@ -18,6 +19,7 @@ from simulator.gpus import GpuSpec
 from simulator.models import ModelSpec
 
 __all__ = [
+    "ATTENTION_BACKENDS",
     "KV_CACHE_DTYPES",
     "ResolvedServerArgs",
     "ServerArgs",
@@ -35,6 +37,37 @@ KV_CACHE_DTYPES: dict[str, int | None] = {
     "fp8_e4m3": 1,
     "fp8_e5m2": 1,
 }
+
+# --attention-backend names SGLang accepts (arg_groups/choices.py::ATTENTION_BACKEND_CHOICES, CUDA
+# and other platforms). kvplan resolves page-size constraints for the ones it knows
+# (_resolve_page_size); the others keep the requested page size.
+ATTENTION_BACKENDS: tuple[str, ...] = (
+    "triton",
+    "torch_native",
+    "flex_attention",
+    "dsa",
+    "nsa",
+    "qsa",
+    "dsv4",
+    "compressed",
+    "fa3",
+    "fa4",
+    "flashinfer",
+    "llada2_cfg_flashinfer",
+    "flashmla",
+    "trtllm_mla",
+    "cutedsl_mla",
+    "tokenspeed_mla",
+    "trtllm_mha",
+    "hpc_ops",
+    "minicpm_flashattn",
+    "minicpm_flashinfer",
+    "aiter",
+    "wave",
+    "intel_amx",
+    "ascend",
+    "intel_xpu",
+)
 
 # arg_groups/fields/schedule.py: swa_full_tokens_ratio fallback.
 DEFAULT_SWA_FULL_TOKENS_RATIO = 0.8
@@ -92,10 +125,17 @@ class ServerArgs:
                 f"--kv-cache-dtype {self.kv_cache_dtype!r} is not modelled; "
                 f"choose from {sorted(KV_CACHE_DTYPES)}"
             )
-        if self.hicache_ratio is not None and self.hicache_ratio <= 0:
-            raise ConfigError(f"--hicache-ratio must be > 0, got {self.hicache_ratio}")
-        if self.hicache_size < 0:
-            raise ConfigError(f"--hicache-size must be >= 0, got {self.hicache_size}")
+        if self.hicache_ratio is not None and not (
+            self.hicache_ratio > 0 and math.isfinite(self.hicache_ratio)
+        ):
+            raise ConfigError(f"--hicache-ratio must be a finite number > 0, got {self.hicache_ratio}")
+        if not (self.hicache_size >= 0 and math.isfinite(self.hicache_size)):
+            raise ConfigError(f"--hicache-size must be a finite number >= 0, got {self.hicache_size}")
+        if self.attention_backend is not None and self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(
+                f"--attention-backend {self.attention_backend!r} is not an SGLang backend; "
+                f"choose from {', '.join(ATTENTION_BACKENDS)}"
+            )
         if self.hicache_host_memory_mode not in ("cache", "buffer_only"):
             raise ConfigError(
                 "--hicache-host-memory-mode must be 'cache' or 'buffer_only', "

@@ -78,7 +78,7 @@ def test_errors_are_one_line_exit_1():
     r = run("--model", "MiMo-V2-Flash", "--gpu", "H100", "--tp", "4")
     assert r.exit_code == 1 and "Loaded weights leave no GPU memory" in r.stderr
     r = run("--model", "gpt-oss-120b", "--swa-full-tokens-ratio", "2")
-    assert r.exit_code == 1 and "range (0, 1.0]" in r.stderr
+    assert r.exit_code == 1 and "--swa-full-tokens-ratio must be in (0, 1], got 2.0" in r.stderr
 
 
 def test_model_from_spec_file(tmp_path: Path):

@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -25,14 +26,24 @@ USER_ERRORS = (KvplanError, TraceFormatError, FileNotFoundError, IsADirectoryErr
 INTERNAL_ERROR_EXIT = 70
 
 
+def _show_warning(
+    message: Any, category: Any, filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """``warnings.showwarning`` for the CLI: one ``kvplan: warning: ...`` line, no source path."""
+    typer.echo(f"kvplan: warning: {message}", err=True)
+
+
 def user_errors_exit(fn: F) -> F:
-    """Turn our user-facing exceptions into one line on stderr and exit status 1; show kvplan's
-    own bugs (``InternalError``) with their traceback and exit status 70."""
+    """Turn our user-facing exceptions (a refused flag value included) into one line on stderr and
+    exit status 1; show kvplan's own bugs (``InternalError``) with their traceback and exit status 70.
+    Python warnings raised meanwhile print as ``kvplan: warning: ...`` lines."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
+            with warnings.catch_warnings():
+                warnings.showwarning = _show_warning
+                return fn(*args, **kwargs)
         except InternalError as exc:
             typer.echo(traceback.format_exc(), err=True, nl=False)
             typer.echo(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
+import typer.core
 
 from simulator.cli import (
     bench_multiturn_cmd,
@@ -14,7 +17,27 @@ from simulator.cli import (
     trace_cmd,
 )
 
+
+class OneLineErrors(typer.core.TyperGroup):
+    """The ``kvplan`` group, printing a malformed command line (unknown option, bad choice, value
+    of the wrong type) as one ``kvplan: error:`` line with the help hint, exit status 2 (click's
+    usage error), instead of a multi-line panel: the same shape as every other kvplan error."""
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except typer.TyperException as exc:
+            # click's UsageError family (typer re-exports only BadParameter): exit status 2.
+            if getattr(exc, "exit_code", None) != 2 or not hasattr(exc, "format_message"):
+                raise
+            exc_ctx = getattr(exc, "ctx", None)
+            where = exc_ctx.command_path if exc_ctx is not None else "kvplan"
+            typer.echo(f"kvplan: error: {exc.format_message()} (see '{where} --help')", err=True)
+            raise typer.Exit(code=2) from None
+
+
 app = typer.Typer(
+    cls=OneLineErrors,
     name="kvplan",
     help="Trace-driven KV-cache simulator and capacity planner for SGLang (hybrid SWA + HiCache).",
     no_args_is_help=True,

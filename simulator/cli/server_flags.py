@@ -24,6 +24,9 @@ import typer
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import SWA_EVICTION
 from policies.tombstone import TOMBSTONING
+from simulator.cli.checks import AT_LEAST_1, FRACTION, MAX_TOKENS, NON_NEGATIVE, POSITIVE, TOKENS, Check
+from simulator.cli.unmodelled import UNMODELLED_FLAGS, UNMODELLED_PANEL, UnmodelledFlag
+from simulator.cli.validation import validate_flags
 from simulator.engine.config import SCHEDULE_POLICIES, SimConfig
 from simulator.gpus import gpu_names
 from simulator.models import model_names
@@ -38,13 +41,15 @@ KVPLAN_PANEL = "kvplan policies and checks"
 class ServerFlag:
     """One flag: its SimConfig field, its option declarations (``"--a/--b"`` for an on/off
     pair), its help, whether SGLang has it (``True``, or SGLang's name where it differs) and the
-    allowed names of an enumerated flag."""
+    allowed names of an enumerated flag; ``check`` is what a value must satisfy (validated before
+    any work starts, :mod:`simulator.cli.validation`)."""
 
     field: str
     decls: tuple[str, ...]
     help: str
     sglang: bool | str = True
     choices: Callable[[], Sequence[str]] | None = None
+    check: Check | None = None
 
     @property
     def name(self) -> str:
@@ -68,26 +73,44 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         sglang="--model-path",
     ),
     ServerFlag("gpu", ("--gpu",), "GPU preset", sglang=False, choices=gpu_names),
-    ServerFlag("tp", ("--tp", "--tp-size"), "tensor-parallel size (attention TP)", sglang="--tp-size"),
-    ServerFlag("page_size", ("--page-size",), "tokens per KV page (default: SGLang's, 1 on CUDA)"),
+    ServerFlag(
+        "tp",
+        ("--tp", "--tp-size"),
+        "tensor-parallel size (attention TP; must split the model's heads)",
+        sglang="--tp-size",
+        check=Check(lo=1, hi=1024),
+    ),
+    ServerFlag(
+        "page_size", ("--page-size",), "tokens per KV page (default: SGLang's, 1 on CUDA)", check=TOKENS
+    ),
     ServerFlag(
         "swa_full_tokens_ratio",
         ("--swa-full-tokens-ratio",),
         "SWA pool tokens / full pool tokens, in (0, 1] (default: SGLang's)",
+        check=FRACTION,
     ),
     ServerFlag(
         "mem_fraction_static",
         ("--mem-fraction-static",),
         "weights + KV share of GPU memory (default: SGLang's heuristic)",
+        check=FRACTION,
     ),
-    ServerFlag("max_total_tokens", ("--max-total-tokens",), "cap on full-pool tokens"),
-    ServerFlag("max_running_requests", ("--max-running-requests",), "concurrent request cap"),
+    ServerFlag("max_total_tokens", ("--max-total-tokens",), "cap on full-pool tokens", check=TOKENS),
+    ServerFlag(
+        "max_running_requests", ("--max-running-requests",), "concurrent request cap", check=AT_LEAST_1
+    ),
     ServerFlag(
         "chunked_prefill_size",
         ("--chunked-prefill-size",),
-        "prefill chunk in tokens (default: SGLang's, by GPU memory)",
+        "prefill chunk in tokens, -1 = no chunking (default: SGLang's, by GPU memory)",
+        check=Check(lo=-1, hi=MAX_TOKENS),
     ),
-    ServerFlag("max_prefill_tokens", ("--max-prefill-tokens",), "most prompt tokens in one prefill batch"),
+    ServerFlag(
+        "max_prefill_tokens",
+        ("--max-prefill-tokens",),
+        "most prompt tokens in one prefill batch",
+        check=TOKENS,
+    ),
     ServerFlag(
         "disable_radix_cache",
         ("--disable-radix-cache",),
@@ -99,6 +122,7 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         ("--kv-budget-gib",),
         "KV byte budget per rank in GiB, instead of the GPU memory model",
         sglang=False,
+        check=POSITIVE,
     ),
     ServerFlag(
         "schedule_policy", ("--schedule-policy",), "waiting-queue order", choices=lambda: SCHEDULE_POLICIES
@@ -107,6 +131,7 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         "schedule_conservativeness",
         ("--schedule-conservativeness",),
         "scales the decode headroom admission reserves (new_token_ratio)",
+        check=NON_NEGATIVE,
     ),
     ServerFlag(
         "radix_eviction_policy",
@@ -132,6 +157,7 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         ("--swa-eviction-interval",),
         "the interval of the iteration and interval SWA evictions (SGLANG_SWA_EVICTION_INTERVAL)",
         sglang=False,
+        check=AT_LEAST_1,
     ),
     ServerFlag(
         "tombstone", ("--tombstone",), "SWA radix tree generation", sglang=False, choices=TOMBSTONING.names
@@ -200,11 +226,22 @@ def _option(flag: ServerFlag) -> Any:
     return Annotated[_TYPES[flag.field], option]
 
 
+def _unmodelled_option(flag: UnmodelledFlag) -> Any:
+    """The parameter of one SGLang flag kvplan refuses (:mod:`simulator.cli.unmodelled`)."""
+    option = typer.Option(
+        flag.flag, help=f"refused: {flag.what}", rich_help_panel=UNMODELLED_PANEL, show_default=False
+    )
+    annotation = bool if flag.type is bool else flag.type | None
+    return Annotated[annotation, option]
+
+
 def server_options(*field_names: str) -> Callable[[F], F]:
-    """Add the flags of ``field_names`` to a typer command, after its own parameters.
+    """Add the flags of ``field_names`` to a typer command, after its own parameters, and check
+    every flag value of the command before it runs (:func:`validate_flags`).
 
     The command declares a ``server: dict`` parameter and receives there the flags' values keyed
-    by SimConfig field, ready for ``SimConfig(**server)``.
+    by SimConfig field, ready for ``SimConfig(**server)``. A command that serves a model also
+    takes SGLang's flags kvplan does not model, and refuses them when set.
     """
     flags = [FLAGS[name] for name in field_names]
 
@@ -220,9 +257,19 @@ def server_options(*field_names: str) -> Callable[[F], F]:
             )
             for f in flags
         ]
+        refused = [] if "model" not in field_names else _refused_for({p.name for p in own})
+        added += [
+            inspect.Parameter(
+                u.param, inspect.Parameter.KEYWORD_ONLY, default=u.default, annotation=_unmodelled_option(u)
+            )
+            for u in refused
+        ]
 
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
+            validate_flags(kwargs, flags)
+            for u in refused:
+                kwargs.pop(u.param)
             server = {f.field: kwargs.pop(f.field) for f in flags}
             return fn(*args, server=server, **kwargs)
 
@@ -232,3 +279,8 @@ def server_options(*field_names: str) -> Callable[[F], F]:
         return wrapper  # type: ignore[return-value]
 
     return deco
+
+
+def _refused_for(own: set[str]) -> list[UnmodelledFlag]:
+    """The unmodelled SGLang flags a command gets: all but those it models itself."""
+    return [u for u in UNMODELLED_FLAGS if u.field not in own]

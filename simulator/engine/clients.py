@@ -164,8 +164,9 @@ def start_clients(
 def _check_timing(cfg: SimConfig) -> None:
     if not (cfg.time_scale >= 0 and math.isfinite(cfg.time_scale)):
         raise ConfigError(f"--time-scale must be a finite number >= 0, got {cfg.time_scale}")
-    if cfg.request_rate is not None and not (cfg.request_rate > 0 and math.isfinite(cfg.request_rate)):
-        raise ConfigError(f"--request-rate must be a finite number > 0, got {cfg.request_rate}")
+    # inf: every request at time 0, as SGLang's bench_serving.py treats --request-rate inf.
+    if cfg.request_rate is not None and not cfg.request_rate > 0:
+        raise ConfigError(f"--request-rate must be > 0 (inf: all at once), got {cfg.request_rate}")
     if not (cfg.think_time_s >= 0 and math.isfinite(cfg.think_time_s)):
         raise ConfigError(f"--think-time must be a finite number >= 0, got {cfg.think_time_s}")
 
@@ -367,6 +368,7 @@ class _BenchMultiturnClients:
         self.responses = simpy.Store(env)
         self.sent = self.completed = self.returned = 0
         self.all_returned = env.event()
+        self.wake: simpy.Event | None = None  # --request-rate inf: the sender waits for a response
         if self.total == 0:
             self.all_returned.succeed()
         self.flush: Callable[[], Any] | None = None
@@ -384,23 +386,45 @@ class _BenchMultiturnClients:
     def sender(self) -> Generator[simpy.Event, Any, None]:
         """``request_loop``."""
         env, loop, ready, rng = self.env, self.loop, self.ready, self.rng
+        unpaced = math.isinf(loop.request_rate)
         while True:
+            launched = False
             if self.sent - self.completed < loop.max_parallel:
                 if ready:
                     k = rng.randrange(len(ready)) if loop.ready_queue_policy == "random" else 0
                     i = ready.pop(k)
                     self.tracker.send(self.server, self.reqs[i]).callbacks.append(self.on_response)
                     self.sent += 1
+                    launched = True
             else:
                 yield env.timeout(loop.poll_interval_s)
                 continue
             if self.returned == self.total:
                 return
+            if unpaced:
+                yield from self._unpaced_wait(launched)
+                continue
             yield env.timeout(_pacing(rng, loop)) | self.all_returned
             if self.all_returned.triggered:
                 # The script would still sleep out this interval, try one more pop from an empty
                 # queue and then stop; nothing of that is observable, so stop now.
                 return
+
+    def _unpaced_wait(self, launched: bool) -> Generator[simpy.Event, Any, None]:
+        """``--request-rate inf``: no pacing, as in SGLang's benchmarks (bench_serving.py
+        ``get_request`` skips the sleep; bench_multiturn.py sleeps ``expovariate(inf)`` = 0). The
+        draw is still made, keeping the script's random sequence. After a launch the sender
+        tries again at once; with nothing ready it waits for the next response instead of
+        polling at zero delay (which would never let simulated time move)."""
+        _pacing(self.rng, self.loop)
+        if launched:
+            return
+        self.wake = self.env.event()
+        yield self.wake | self.all_returned
+
+    def _notify(self) -> None:
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
 
     def handler(self) -> Generator[simpy.Event, Any, None]:
         """``response_handler``, with the round barrier."""
@@ -414,6 +438,7 @@ class _BenchMultiturnClients:
             nxt = self.next_row.get(req.index)
             if nxt is not None:
                 (held if barrier else self.ready).append(nxt)
+            self._notify()
             if barrier and barrier_round < len(self.per_round):
                 barrier_done += 1
                 if barrier_done == self.per_round[barrier_round]:
@@ -425,6 +450,7 @@ class _BenchMultiturnClients:
                     yield self.env.timeout(loop.barrier_sleep_s)
                     self.ready.extend(held)
                     held = []
+                    self._notify()
                     barrier_round += 1
                     barrier_done = 0
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from policies.swa_eviction import SWA_EVICTION_INTERVAL
+from simulator.errors import ConfigError
 from simulator.kv_geometry import GIB
 
 if TYPE_CHECKING:
@@ -95,5 +97,7 @@ class SimConfig:
 
         model, gpu, args = load_model(self.model), get_gpu(self.gpu), self.server_args(**more)
         if self.kv_budget_gib is not None:
+            if not (self.kv_budget_gib > 0 and math.isfinite(self.kv_budget_gib)):
+                raise ConfigError(f"--kv-budget-gib must be a finite number > 0, got {self.kv_budget_gib}")
             return compute_pool_sizes_from_budget(model, int(self.kv_budget_gib * GIB), args, gpu)
         return compute_pool_sizes(model, gpu, args)

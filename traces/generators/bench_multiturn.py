@@ -90,8 +90,8 @@ class BenchMultiturnArgs:
             raise ValueError(f"--ready-queue-policy must be random or fifo, got {self.ready_queue_policy!r}")
         if not 0.0 < self.range_ratio <= 1.0:
             raise ValueError(f"--range-ratio must be in (0, 1], got {self.range_ratio}")
-        if self.request_rate <= 0:
-            raise ValueError(f"--request-rate must be > 0, got {self.request_rate}")
+        if not self.request_rate > 0:  # inf: no pacing (SGLang's benchmarks); nan refused
+            raise ValueError(f"--request-rate must be > 0 (inf: no pacing), got {self.request_rate}")
         if self.flush_between_rounds and not self.enable_round_barrier:
             raise ValueError("--flush-between-rounds requires --enable-round-barrier")
         self.resolved_rounds()
