@@ -8,6 +8,10 @@ from contextlib import contextmanager
 
 import simpy
 
+# Pool sizing and the cost model load with the engine (SimConfig imports them lazily, so that
+# the CLI starts fast), not inside the first run.
+import simulator.pool_sizing  # noqa: F401
+from simulator.cost import CostModel, load_profile
 from simulator.engine.config import SimConfig
 from simulator.engine.observer import ServerObserver
 from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
@@ -49,7 +53,6 @@ def resolve_pools(cfg: SimConfig):
 
 
 def build_cost_model(cfg: SimConfig, model, gpu):
-    from simulator.cost import CostModel, load_profile
 
     profile = load_profile(cfg.profile) if cfg.profile else None
     return CostModel.from_presets(model, gpu, cfg.tp, profile)
