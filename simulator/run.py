@@ -34,7 +34,9 @@ __all__ = ["RunResult", "run_config"]
 class RunResult:
     """What one run produced, as plain data.
 
-    ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md).
+    ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md),
+    the failure report (``aborted``, ``rejected``, ``failed``, ``failure_reasons``) and the
+    ``client_mode`` that sent the requests (``open``, ``sequential``, ``bench_multiturn``).
     ``frames``: ``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions``.
     ``counters``: the server's end-of-run counters (evictions, tombstones, retractions, ...).
     ``pools``: the pools and limits the server ran with (page size, token counts, window, ...).
@@ -92,7 +94,7 @@ def run_config(
     changes no result. Raises ``ConfigError`` for configurations SGLang would refuse (and for
     recording with the legacy tree).
     """
-    from simulator.engine.clients import offered_request_rate
+    from simulator.engine.clients import client_mode, offered_request_rate
     from simulator.engine.metrics import Recorder
 
     recorder = Recorder.from_config(
@@ -102,10 +104,16 @@ def run_config(
         pool_sizes = _serve(trace, cfg, recorder)
     else:
         pool_sizes = _serve(trace, cfg, recorder, Path(record_ops))
+    # the failure report and the requests' ``rejected`` column come on top of the recorder's
+    # summary and frames (whose layout stays bench_multiturn's)
+    summary = {**recorder.summary(), **recorder.failures(), "client_mode": client_mode(trace, cfg)}
+    frames = recorder.frames()
+    requests = frames["requests"]
+    requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", recorder.rejected_column())
     return RunResult(
         config=cfg,
-        summary=recorder.summary(),
-        frames=recorder.frames(),
+        summary=summary,
+        frames=frames,
         counters=dict(recorder.counters),
         pools=dict(recorder.server_config),
         pool_sizes=pool_sizes,

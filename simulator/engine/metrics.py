@@ -360,6 +360,8 @@ class Recorder(ServerObserver):
             "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
             "aborted": np.array([r.aborted for r in reqs], dtype=bool),
             "abort_reason": [r.abort_reason for r in reqs],
+            # not in REQUEST_FRAME_COLUMNS (frames() keeps its schema); run_config adds it
+            "rejected": np.array([r.rejected for r in reqs], dtype=bool),
         }
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -435,6 +437,16 @@ class Recorder(ServerObserver):
             end_s=self.end_s,
             request_rate=self.request_rate,
         )
+
+    def failures(self) -> dict[str, Any]:
+        """Rejected and aborted requests by reason (:func:`failures.failure_report`)."""
+        from simulator.engine.failures import failure_report
+
+        return failure_report(self._request_columns())
+
+    def rejected_column(self) -> np.ndarray:
+        """Which requests of the requests frame were rejected on arrival."""
+        return np.array([r.rejected for r in self._reqs.values()], dtype=bool)
 
     def write_outputs(self, out_dir: str | Path) -> list[Path]:
         """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
