@@ -14,7 +14,6 @@ from simulator.cli.failed_runs import MaxAbortFractionOpt, exit_if_failed
 from simulator.cli.server_flags import CACHE_POLICY_FLAGS, server_options
 from simulator.radix.cache import SIZE_KEYS
 
-
 _DERIVED = "SGLang's pool sizing for `kvplan run`'s default model and GPU (TP 1) at --page-size"
 
 
