@@ -104,16 +104,10 @@ def run_config(
         pool_sizes = _serve(trace, cfg, recorder)
     else:
         pool_sizes = _serve(trace, cfg, recorder, Path(record_ops))
-    # the failure report and the requests' ``rejected`` column come on top of the recorder's
-    # summary and frames (whose layout stays bench_multiturn's)
-    summary = {**recorder.summary(), **recorder.failures(), "client_mode": client_mode(trace, cfg)}
-    frames = recorder.frames()
-    requests = frames["requests"]
-    requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", recorder.rejected_column())
     return RunResult(
         config=cfg,
-        summary=summary,
-        frames=frames,
+        summary=recorder.report_summary(client_mode(trace, cfg)),
+        frames=recorder.report_frames(),
         counters=dict(recorder.counters),
         pools=dict(recorder.server_config),
         pool_sizes=pool_sizes,

@@ -81,7 +81,16 @@ def test_reject_reason_follows_sglang_checks():
 def test_bench_multiturn_request_length_over_the_context_is_rejected():
     res = runner.invoke(
         app,
-        ["bench-multiturn", "--request-length", "200000", "--num-clients", "2", "--num-rounds", "1", "--json"],
+        [
+            "bench-multiturn",
+            "--request-length",
+            "200000",
+            "--num-clients",
+            "2",
+            "--num-rounds",
+            "1",
+            "--json",
+        ],
     )
     assert res.exit_code == FAILED_REQUESTS_EXIT, res.output
     s = json.loads(res.stdout)
@@ -122,7 +131,9 @@ def test_max_abort_fraction_sets_the_threshold():
 
 def test_run_json_has_the_failure_report(tmp_path):
     path = _mooncake(tmp_path, [1000, 204_800])
-    res = runner.invoke(app, ["run", "--trace", str(path), "--tp", "8", "--json", "--out", str(tmp_path / "o")])
+    res = runner.invoke(
+        app, ["run", "--trace", str(path), "--tp", "8", "--json", "--out", str(tmp_path / "o")]
+    )
     assert res.exit_code == FAILED_REQUESTS_EXIT
     s = json.loads(res.stdout)
     assert {"aborted", "rejected", "failed", "failure_reasons"} <= set(s)
@@ -134,7 +145,9 @@ def test_run_json_has_the_failure_report(tmp_path):
 def test_a_run_without_failures_reads_as_before():
     res = runner.invoke(app, ["run", "--limit", "20", "--no-progress"])
     assert res.exit_code == 0, res.output
-    assert res.stdout.startswith("All requests completed\nPerformance metrics summary:\n  Total requests: 20 at")
+    assert res.stdout.startswith(
+        "All requests completed\nPerformance metrics summary:\n  Total requests: 20 at"
+    )
     assert "FAILED" not in res.stdout and "Served requests" not in res.stdout
 
 
@@ -153,13 +166,23 @@ def test_unservable_reason_names_the_pool_that_is_too_small():
         fill_len, prefix_len, max_new_tokens, num_outputs, last_node = 5000, 512, 353, 0, object()
 
     pools = ServerPools(
-        page_size=1, full_tokens=5000, swa_tokens=4000, window=127, max_running_requests=8, chunked_prefill_size=0
+        page_size=1,
+        full_tokens=5000,
+        swa_tokens=4000,
+        window=127,
+        max_running_requests=8,
+        chunked_prefill_size=0,
     )
     why = failures.unservable_reason(Req(), Cache(), pools, 16384)
     assert why.startswith(failures.FULL_TOO_SMALL)
     assert "512 locked prefix tokens + 4488 new prompt tokens + 353 reserved output tokens" in why
     big_page = ServerPools(
-        page_size=8192, full_tokens=5000, swa_tokens=4000, window=127, max_running_requests=8, chunked_prefill_size=0
+        page_size=8192,
+        full_tokens=5000,
+        swa_tokens=4000,
+        window=127,
+        max_running_requests=8,
+        chunked_prefill_size=0,
     )
     assert failures.unservable_reason(Req(), Cache(), big_page, 16384).startswith(failures.PAGE_OVER_POOL)
 

@@ -444,12 +444,29 @@ class Recorder(ServerObserver):
 
         return failure_report(self._request_columns())
 
-    def rejected_column(self) -> np.ndarray:
-        """Which requests of the requests frame were rejected on arrival."""
-        return np.array([r.rejected for r in self._reqs.values()], dtype=bool)
+    def report_summary(self, client_mode: str | None = None) -> dict[str, Any]:
+        """What a run reports: :meth:`summary` plus the failure report, and the ``client_mode``
+        that sent the requests when given (the report's "Total requests" line names it).
 
-    def write_outputs(self, out_dir: str | Path) -> list[Path]:
-        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
+        :meth:`summary` and :meth:`frames` keep bench_multiturn's layout, which
+        ``benchmarks/compare_runs.py`` compares key by key across checkouts.
+        """
+        out = {**self.summary(), **self.failures()}
+        if client_mode is not None:
+            out["client_mode"] = client_mode
+        return out
+
+    def report_frames(self) -> dict[str, pd.DataFrame]:
+        """:meth:`frames` with the requests frame's ``rejected`` column (after ``aborted``)."""
+        frames = self.frames()
+        requests = frames["requests"]
+        rejected = np.array([r.rejected for r in self._reqs.values()], dtype=bool)
+        requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
+        return frames
+
+    def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:
+        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir`` (the
+        report's versions: :meth:`report_frames`, :meth:`report_summary`).
 
         Each file is written under a temporary name in ``out_dir`` and renamed into place, so a
         reader never sees a half-written file. Returns the paths written.
@@ -457,10 +474,10 @@ class Recorder(ServerObserver):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
-        for name, frame in self.frames().items():
+        for name, frame in self.report_frames().items():
             written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
             written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
-        text = json.dumps(self.summary(), indent=2) + "\n"
+        text = json.dumps(self.report_summary(client_mode), indent=2) + "\n"
         written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
         return written
 
