@@ -98,6 +98,18 @@ def test_bench_multiturn_request_length_over_the_context_is_rejected():
     assert s["failure_reasons"]["rejected"] == {failures.CONTEXT_EXCEEDED: 2}
 
 
+def test_bench_multiturn_prompt_plus_output_over_the_context_is_rejected():
+    # bench_multiturn sends max_new_tokens = its output length: 130,000 + 2,000 > 131,072
+    res = runner.invoke(
+        app,
+        ["bench-multiturn", "--request-length", "130000", "--output-length", "2000", "--num-clients", "1",
+         "--num-rounds", "1", "--json", "--max-abort-fraction", "1"],
+    )  # fmt: skip
+    assert res.exit_code == 0, res.output
+    s = json.loads(res.stdout)
+    assert s["failure_reasons"]["rejected"] == {failures.TOTAL_EXCEEDED: 1}
+
+
 # --- defect 1: failed runs ----------------------------------------------------------------------
 
 

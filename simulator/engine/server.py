@@ -121,8 +121,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
+        # the sampling params state max_new_tokens when the client sets it (bench_multiturn
+        # sends its output length with ignore_eos; --max-new-tokens; a trace's own column)
+        stated = sim.ignore_eos or sim.max_new_tokens is not None or cfg.max_new_tokens is not None
         rejected = reject_reason(
-            sim.prompt_len, sim.max_new_tokens, self.pools.context_length, self.pools.full_tokens
+            sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
         )
         if rejected is not None:
             self._reject(req, rejected)
