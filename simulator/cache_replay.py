@@ -9,6 +9,7 @@ then one slot), and release when the last output token is produced.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -17,6 +18,7 @@ import numpy as np
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import SWA_EVICTION_INTERVAL, DecodeContext, make_swa_eviction
 from policies.tombstone import TOMBSTONING
+from simulator.engine.failures import out_of_memory_reason, reason_kind
 from simulator.errors import ConfigError
 from simulator.invariants import check_invariants
 from simulator.kv_allocator import SWAKVAllocator
@@ -179,7 +181,7 @@ class _ReplayRun:
             # it. Count the request as aborted and keep serving (its prefix lock is released).
             cache.tree.unlock(req.lock)
             req.lock = None
-            rec.update(aborted=True, error=str(exc), after_release=cache.sizes())
+            rec.update(aborted=True, error=out_of_memory_reason(str(exc)), after_release=cache.sizes())
             rec.update(evict_calls=0, full_evicted=0, swa_evicted=0, cached_tokens=0)
             return rec
         self._prefill_result(req, rec)
@@ -253,9 +255,13 @@ def _result(records: list[dict], run: _ReplayRun, cfg: CacheReplayConfig) -> Rep
     hit_total = sum(r["prefix_len"] for r in served)
     stats = cache.tree.stats()
     counters = dict(vars(cache.tree.counters))
+    aborted = [r for r in records if r.get("aborted")]
     summary = dict(
         requests=len(records),
-        aborted=len(records) - len(served),
+        aborted=len(aborted),
+        # by reason kind (engine/failures.py), with the first full reason of each kind
+        failure_reasons={"aborted": dict(Counter(reason_kind(r["error"]) for r in aborted))},
+        failure_examples={reason_kind(r["error"]): r["error"] for r in reversed(aborted)},
         total_prompt_tokens=prompt_total,
         total_prefix_hit_tokens=hit_total,
         hit_rate=hit_total / prompt_total if prompt_total else 0.0,

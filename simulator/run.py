@@ -34,7 +34,9 @@ __all__ = ["RunResult", "run_config"]
 class RunResult:
     """What one run produced, as plain data.
 
-    ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md).
+    ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md),
+    the failure report (``aborted``, ``rejected``, ``failed``, ``failure_reasons``) and the
+    ``client_mode`` that sent the requests (``open``, ``sequential``, ``bench_multiturn``).
     ``frames``: ``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions``.
     ``counters``: the server's end-of-run counters (evictions, tombstones, retractions, ...).
     ``pools``: the pools and limits the server ran with (page size, token counts, window, ...).
@@ -92,7 +94,7 @@ def run_config(
     changes no result. Raises ``ConfigError`` for configurations SGLang would refuse (and for
     recording with the legacy tree).
     """
-    from simulator.engine.clients import offered_request_rate
+    from simulator.engine.clients import client_mode, offered_request_rate
     from simulator.engine.metrics import Recorder
 
     recorder = Recorder.from_config(
@@ -104,8 +106,8 @@ def run_config(
         pool_sizes = _serve(trace, cfg, recorder, Path(record_ops))
     return RunResult(
         config=cfg,
-        summary=recorder.summary(),
-        frames=recorder.frames(),
+        summary=recorder.report_summary(client_mode(trace, cfg)),
+        frames=recorder.report_frames(),
         counters=dict(recorder.counters),
         pools=dict(recorder.server_config),
         pool_sizes=pool_sizes,

@@ -254,12 +254,26 @@ def _serve(
 
 
 def test_a_prompt_that_can_never_fit_is_aborted_and_the_queue_moves_on():
-    """FULL 1024, SWA 256, w = 128, chunking off: r0's SWA need is 1024 >= 256 with no chunk to
-    cap -> NO_TOKEN with nothing running: the head is aborted as unservable; r1 (100 in) runs."""
+    """FULL 1024, SWA 256, w = 128, chunking off: r0 needs 1000 + 10 + a page (16) = 1026 FULL
+    tokens, over the pool (the first check of add_one_req), so with nothing running the head is
+    aborted as unservable, with that arithmetic as its reason; r1 (100 in) runs."""
     pools = ServerPools(P, 1024, 256, 128, 8, 0)
     (r0, r1), _ = _serve(pools, SimConfig(), [(1000, 10), (100, 10)])
     assert r0.aborted and r0.abort_reason == (
-        "request needs 1000 new tokens but the pools hold 1024 FULL / 256 SWA tokens"
+        "request does not fit the FULL pool: 1000 new prompt tokens + 10 reserved output tokens "
+        "+ one page (16) = 1026 tokens; the FULL pool holds 1024"
+    )
+    assert not r1.aborted and r1.finish_s == r1.finish_s
+
+
+def test_a_prompt_over_the_swa_pool_is_aborted_with_the_swa_reason():
+    """FULL 10,000, SWA 256, w = 128, chunking off: r0 fits the FULL pool, but its SWA peak
+    (1008 - 128 + 128 + 16 = 1024 tokens) exceeds the SWA pool with no chunk to cap it."""
+    pools = ServerPools(P, 10_000, 256, 128, 8, 0)
+    (r0, r1), _ = _serve(pools, SimConfig(), [(1000, 10), (100, 10)])
+    assert r0.aborted and r0.abort_reason == (
+        "request does not fit the SWA pool: it needs 1024 SWA tokens (window 128, 10 reserved "
+        "output tokens); the SWA pool has 256 tokens for it"
     )
     assert not r1.aborted and r1.finish_s == r1.finish_s
 

@@ -52,17 +52,34 @@ def test_swa_pool_smaller_than_window_is_an_error_at_start(tmp_path):
     assert "kvplan: error:" in res.stderr and "Traceback" not in res.output
 
 
-def test_request_that_can_never_fit_is_aborted_and_counted(tmp_path):
-    # a 12k-token prompt against a 10k-token pool: SGLang can never admit it
+def test_request_that_can_never_fit_is_rejected_and_counted(tmp_path):
+    # a 12k-token prompt against a 10k-token pool: SGLang's scheduler refuses it on arrival
+    # (validate_input_length: max_req_input_len = min(context, KV pool) - 6)
     trace = load_trace(_tokens_trace(tmp_path, [500, 12_000, 700]))
     cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, max_total_tokens=10_000)
     rec = Recorder.from_config(cfg)
     simulate(trace, cfg, rec)
-    summary = rec.summary()
-    assert summary["aborted"] == 1
+    summary = rec.report_summary()
+    assert (summary["aborted"], summary["rejected"]) == (0, 1)
     assert summary["requests"] == 2  # the two that fit completed
-    frame = rec.frames()["requests"]
-    assert frame.loc[frame["rid"] == "r1", "aborted"].item()
+    assert summary["requests_submitted"] == 3
+    frame = rec.report_frames()["requests"]
+    assert frame.loc[frame["rid"] == "r1", "rejected"].item()
+    assert not frame.loc[frame["rid"] == "r1", "aborted"].item()
+    assert "the limit is 9978" in frame.loc[frame["rid"] == "r1", "abort_reason"].item()
+
+
+def test_request_that_fits_the_input_limit_but_not_the_pool_is_aborted(tmp_path):
+    # 9,950 prompt tokens pass validate_input_length (limit 9,978) but with its output and a
+    # page they exceed the 9,984-token FULL pool: aborted as unservable, with that arithmetic
+    trace = load_trace(_tokens_trace(tmp_path, [500, 9_950, 700]))
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, max_total_tokens=10_000)
+    rec = Recorder.from_config(cfg)
+    simulate(trace, cfg, rec)
+    summary = rec.report_summary()
+    assert (summary["aborted"], summary["rejected"], summary["requests"]) == (1, 0, 2)
+    reason = rec.frames()["requests"].set_index("rid").loc["r1", "abort_reason"]
+    assert reason.startswith("request does not fit the FULL pool: ")
 
 
 def test_a_lost_request_ends_the_run_with_a_diagnostic(tmp_path, monkeypatch):

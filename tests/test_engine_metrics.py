@@ -159,7 +159,7 @@ def test_recorder_on_fake_bench_multiturn_run_and_outputs(tmp_path):
     assert names == sorted(p.name for p in written)  # no temporary files left behind
     assert "summary.json" in names and "decode_steps.parquet" in names and "requests.csv" in names
     back = pd.read_parquet(tmp_path / "out" / "requests.parquet")
-    pd.testing.assert_frame_equal(back, fr["requests"])
+    pd.testing.assert_frame_equal(back, rec.report_frames()["requests"])
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["requests"] == 9
     csv = pd.read_csv(tmp_path / "out" / "decode_steps.csv")
     assert len(csv) == s["decode_steps"]

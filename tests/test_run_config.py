@@ -44,10 +44,10 @@ def test_result_is_what_simulate_and_the_recorder_give(trace, result):
     rec = Recorder.from_config(CFG, request_rate=offered_request_rate(trace, CFG))
     simulate(trace, CFG, rec)
     assert result.config == CFG
-    assert result.summary == rec.summary()
+    assert result.summary == rec.report_summary("open")
     assert result.counters == rec.counters and result.counters["evictions"]["full_evicted"] > 0
     assert result.frames.keys() == rec.frames().keys()
-    for name, frame in rec.frames().items():
+    for name, frame in rec.report_frames().items():
         pd.testing.assert_frame_equal(result.frames[name], frame)
     assert result.pools == rec.server_config and result.pools["page_size"] == 64
     assert result.pool_sizes == CFG.pool_sizes().to_dict()
@@ -92,7 +92,7 @@ def test_run_config_in_a_worker_process_equals_the_in_process_run(trace, result)
 def test_write_outputs_writes_what_the_recorder_writes(trace, result, tmp_path):
     rec = Recorder.from_config(CFG, request_rate=offered_request_rate(trace, CFG))
     simulate(trace, CFG, rec)
-    theirs = rec.write_outputs(tmp_path / "recorder")
+    theirs = rec.write_outputs(tmp_path / "recorder", "open")
     ours = result.write_outputs(tmp_path / "result")
     assert [p.name for p in ours] == [p.name for p in theirs]
     for a, b in zip(ours, theirs, strict=True):

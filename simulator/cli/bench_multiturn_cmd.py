@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from simulator.cli.common import JsonOpt, OutOpt, ProgressOpt, user_errors_exit
+from simulator.cli.failed_runs import MaxAbortFractionOpt
 from simulator.cli.run_cmd import RecordOpsOpt, execute
 from simulator.cli.server_flags import ALL_FLAGS, server_options
 from simulator.engine.config import SimConfig
@@ -78,6 +79,7 @@ def bench_multiturn(
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,
     record_ops: RecordOpsOpt = None,
+    max_abort_fraction: MaxAbortFractionOpt = 0.0,
     *,
     server: dict[str, Any],
 ) -> None:
@@ -108,6 +110,7 @@ def bench_multiturn(
         per_round=enable_round_barrier,
         progress=progress,
         record_ops=record_ops,
+        max_abort_fraction=max_abort_fraction,
     )
 
 

@@ -10,8 +10,11 @@ import typer
 
 from simulator.cache_replay import CacheReplayConfig, WorkloadRequest, replay
 from simulator.cli.common import print_json, user_errors_exit
+from simulator.cli.failed_runs import MaxAbortFractionOpt, exit_if_failed
 from simulator.cli.server_flags import CACHE_POLICY_FLAGS, server_options
 from simulator.radix.cache import SIZE_KEYS
+
+_DERIVED = "SGLang's pool sizing for `kvplan run`'s default model and GPU (TP 1) at --page-size"
 
 
 def workload_from_trace(path: Path, page_size: int, limit: int | None) -> list[WorkloadRequest]:
@@ -38,20 +41,32 @@ def cache_replay(
     workload: Annotated[
         Path, typer.Argument(help="JSONL {rid,input_ids,output_ids} or any trace kvplan reads")
     ],
-    full_tokens: Annotated[int, typer.Option("--full-tokens", help="full pool size (allocator size)")] = 4096,
+    full_tokens: Annotated[
+        int | None,
+        typer.Option("--full-tokens", help=f"full pool size (allocator size); default: {_DERIVED}"),
+    ] = None,
     swa_tokens: Annotated[
-        int, typer.Option("--swa-tokens", help="SWA pool size (allocator size_swa)")
-    ] = 1024,
-    window: Annotated[int, typer.Option("--window", help="SGLang sliding_window_size")] = 128,
+        int | None,
+        typer.Option("--swa-tokens", help=f"SWA pool size (allocator size_swa); default: {_DERIVED}"),
+    ] = None,
+    window: Annotated[
+        int | None, typer.Option("--window", help=f"SGLang sliding_window_size; default: {_DERIVED}")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="replay only the first N requests")] = None,
     as_json: Annotated[
         bool, typer.Option("--json", help="one JSON object per request, then a summary")
     ] = False,
+    max_abort_fraction: MaxAbortFractionOpt = 0.0,
     *,
     server: dict[str, Any],
 ) -> None:
     """Serve WORKLOAD through the hybrid SWA radix cache exactly as SGLang does at batch size 1."""
     page_size = server["page_size"] or 1  # SGLang's CUDA default; no model here to resolve it
+    if full_tokens is None or swa_tokens is None or window is None:
+        full_d, swa_d, window_d = default_pools(page_size)
+        full_tokens = full_d if full_tokens is None else full_tokens
+        swa_tokens = swa_d if swa_tokens is None else swa_tokens
+        window = window_d if window is None else window
     cfg = CacheReplayConfig(
         page_size=page_size,
         full_tokens=full_tokens,
@@ -71,20 +86,47 @@ def cache_replay(
             line["output_len"] = rec["answer_len"]
             line.update({k: rec["after_release"][k] for k in SIZE_KEYS})
             line["evict_calls"] = rec["evict_calls"]
+            if rec.get("aborted"):
+                line.update(aborted=True, abort_reason=rec["error"])
             print_json(line)
         print_json({"summary": result.summary})
+    else:
+        _print_summary(result.summary, workload)
+    exit_if_failed(result.summary["aborted"], result.summary["requests"], max_abort_fraction)
+
+
+def default_pools(page_size: int) -> tuple[int, int, int]:
+    """(full, SWA, window) tokens: SGLang's pool sizing for ``kvplan run``'s default model, GPU
+    and TP at this page size, so the defaults serve the bundled trace without aborts."""
+    from simulator.engine.config import SimConfig
+
+    sizes = SimConfig(page_size=page_size).pool_sizes()
+    return int(sizes.full_tokens), int(sizes.swa_tokens), int(sizes.sliding_window)
+
+
+def _print_failures(summary: dict) -> None:
+    """Aborted requests first: a hit rate over the served ones alone is no result by itself."""
+    aborted = summary["aborted"]
+    if not aborted:
         return
-    _print_summary(result.summary, workload)
+    typer.echo(
+        f"FAILED REQUESTS: {aborted} of {summary['requests']} requests were aborted; the hit rate "
+        "below covers only the served ones"
+    )
+    for kind, n in summary["failure_reasons"]["aborted"].items():
+        typer.echo(f"  {n} aborted, e.g. {summary['failure_examples'][kind]}")
 
 
 def _print_summary(summary: dict, workload: Path) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    _print_failures(summary)
     table = Table(title=f"cache-replay: {workload.name}")
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_row("requests", str(summary["requests"]))
+    table.add_row("aborted", str(summary["aborted"]))
     table.add_row("prompt tokens", str(summary["total_prompt_tokens"]))
     table.add_row("prefix-hit tokens", str(summary["total_prefix_hit_tokens"]))
     table.add_row("token hit rate", f"{summary['hit_rate']:.4f}")

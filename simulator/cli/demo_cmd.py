@@ -16,6 +16,7 @@ import typer
 
 from simulator.cli.common import DEFAULT_TRACE as BUNDLED_TRACE
 from simulator.cli.common import JsonOpt, print_json, user_errors_exit
+from simulator.cli.failed_runs import MaxAbortFractionOpt, exit_if_failed
 from simulator.cli.server_flags import ALL_FLAGS, server_options
 from simulator.engine.config import SimConfig
 
@@ -27,6 +28,7 @@ def demo(
         Path, typer.Option("--trace", help="trace file (default: bundled Mooncake sample)")
     ] = BUNDLED_TRACE,
     as_json: JsonOpt = False,
+    max_abort_fraction: MaxAbortFractionOpt = 0.0,
     *,
     server: dict[str, Any],
 ) -> None:
@@ -50,6 +52,10 @@ def demo(
         infinite_cache_hit_rate=stats["infinite_cache_hit_rate"],
         full_tokens=pools["full_tokens"],
         swa_tokens=pools["swa_tokens"] if pools["hybrid"] else 0,
+        served=result.summary["requests"],
+        aborted=result.summary["aborted"],
+        rejected=result.summary["rejected"],
+        failure_reasons=result.summary["failure_reasons"],
         cache_hit_rate=result.summary["cache_hit_rate"],
         tombstones=counters["tree"]["tombstones"],
         evicted_full_tokens=counters["evictions"]["full_evicted"],
@@ -58,7 +64,13 @@ def demo(
     if as_json:
         print_json(out)
     else:
+        from simulator.engine.report import format_failures
+
+        failures = format_failures(result.summary)
+        if failures:
+            typer.echo(failures)
         _print_table(out, trace)
+    exit_if_failed(result.summary["failed"], result.summary["requests_submitted"], max_abort_fraction)
 
 
 def _print_table(out: dict[str, Any], trace: Path) -> None:
@@ -72,11 +84,16 @@ def _print_table(out: dict[str, Any], trace: Path) -> None:
     table.add_column("what")
     table.add_column("value", justify="right")
     table.add_row("requests", f"{out['requests']}")
+    if out["aborted"] or out["rejected"]:
+        table.add_row(
+            "served / aborted / rejected", f"{out['served']} / {out['aborted']} / {out['rejected']}"
+        )
     table.add_row("full pool (tokens)", f"{out['full_tokens']:,}")
     table.add_row("SWA pool (tokens)", f"{out['swa_tokens']:,}")
     table.add_row("sliding window", "none" if out["window"] is None else f"{out['window']}")
     table.add_row("infinite-cache hit rate (bound)", f"{out['infinite_cache_hit_rate']:.4f}")
-    table.add_row("simulated SGLang 0.5.23 cache hit rate", f"{out['cache_hit_rate']:.4f}")
+    served = "" if not (out["aborted"] or out["rejected"]) else " (served requests only)"
+    table.add_row(f"simulated SGLang 0.5.23 cache hit rate{served}", f"{out['cache_hit_rate']:.4f}")
     table.add_row("SWA tombstones in tree at end", f"{out['tombstones']}")
     table.add_row(
         "evicted FULL / SWA tokens", f"{out['evicted_full_tokens']:,} / {out['evicted_swa_tokens']:,}"

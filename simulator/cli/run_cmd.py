@@ -16,6 +16,7 @@ from typing import Annotated, Any
 import typer
 
 from simulator.cli.common import DEFAULT_TRACE, JsonOpt, OutOpt, ProgressOpt, print_json, user_errors_exit
+from simulator.cli.failed_runs import MaxAbortFractionOpt, exit_if_failed
 from simulator.cli.server_flags import ALL_FLAGS, choice_check, server_options
 from simulator.engine.config import SimConfig
 from simulator.run import RunResult
@@ -71,6 +72,7 @@ def execute(
     per_round: bool,
     progress: bool = True,
     record_ops: Path | None = None,
+    max_abort_fraction: float = 1.0,
 ) -> RunResult:
     """:func:`run_config` with the CLI around it: progress bar, ``--out`` files, then the report
     or the JSON summary.
@@ -78,7 +80,8 @@ def execute(
     Decode log lines go to stdout, or to stderr with ``--json`` (stdout then holds one JSON object).
     The progress bar shows only on an interactive stderr, and not with ``--json`` or ``--log-decode``
     (the log lines already show progress and would tear the bar). ``record_ops``: the op log
-    to write (:func:`run_config`'s).
+    to write (:func:`run_config`'s). After the report, exits with status 3 when more than
+    ``max_abort_fraction`` of the requests failed (:func:`exit_if_failed`).
     """
     from simulator.engine.report import format_report
     from simulator.run import run_config
@@ -94,6 +97,8 @@ def execute(
         print_json(result.summary)
     else:
         typer.echo(format_report(result.summary, per_round=per_round))
+    summary = result.summary
+    exit_if_failed(summary["failed"], summary["requests_submitted"], max_abort_fraction)
     return result
 
 
@@ -140,6 +145,7 @@ def run(
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,
     record_ops: RecordOpsOpt = None,
+    max_abort_fraction: MaxAbortFractionOpt = 0.0,
     *,
     server: dict[str, Any],
 ) -> None:
@@ -162,4 +168,5 @@ def run(
         per_round=shows_per_round(tr),
         progress=progress,
         record_ops=record_ops,
+        max_abort_fraction=max_abort_fraction,
     )

@@ -54,6 +54,8 @@ def bench_summary(
     aborted = req["aborted"]
     returned = real & np.isfinite(finish)
     ok = returned & ~aborted
+    if "rejected" in req:  # refused on arrival: failed, like an abort, but counted apart
+        ok &= ~req["rejected"]
     prompt = int(req["prompt_len"][ok].sum())
     cached = int(req["cached_tokens"][ok].sum())
     output = int(req["output_len"][ok].sum())

@@ -360,6 +360,8 @@ class Recorder(ServerObserver):
             "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
             "aborted": np.array([r.aborted for r in reqs], dtype=bool),
             "abort_reason": [r.abort_reason for r in reqs],
+            # not in REQUEST_FRAME_COLUMNS (frames() keeps its schema); run_config adds it
+            "rejected": np.array([r.rejected for r in reqs], dtype=bool),
         }
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -436,8 +438,35 @@ class Recorder(ServerObserver):
             request_rate=self.request_rate,
         )
 
-    def write_outputs(self, out_dir: str | Path) -> list[Path]:
-        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir``.
+    def failures(self) -> dict[str, Any]:
+        """Rejected and aborted requests by reason (:func:`failures.failure_report`)."""
+        from simulator.engine.failures import failure_report
+
+        return failure_report(self._request_columns())
+
+    def report_summary(self, client_mode: str | None = None) -> dict[str, Any]:
+        """What a run reports: :meth:`summary` plus the failure report, and the ``client_mode``
+        that sent the requests when given (the report's "Total requests" line names it).
+
+        :meth:`summary` and :meth:`frames` keep bench_multiturn's layout, which
+        ``benchmarks/compare_runs.py`` compares key by key across checkouts.
+        """
+        out = {**self.summary(), **self.failures()}
+        if client_mode is not None:
+            out["client_mode"] = client_mode
+        return out
+
+    def report_frames(self) -> dict[str, pd.DataFrame]:
+        """:meth:`frames` with the requests frame's ``rejected`` column (after ``aborted``)."""
+        frames = self.frames()
+        requests = frames["requests"]
+        rejected = np.array([r.rejected for r in self._reqs.values()], dtype=bool)
+        requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
+        return frames
+
+    def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:
+        """Write every frame as parquet and CSV, and ``summary.json``, into ``out_dir`` (the
+        report's versions: :meth:`report_frames`, :meth:`report_summary`).
 
         Each file is written under a temporary name in ``out_dir`` and renamed into place, so a
         reader never sees a half-written file. Returns the paths written.
@@ -445,10 +474,10 @@ class Recorder(ServerObserver):
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
-        for name, frame in self.frames().items():
+        for name, frame in self.report_frames().items():
             written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
             written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
-        text = json.dumps(self.summary(), indent=2) + "\n"
+        text = json.dumps(self.report_summary(client_mode), indent=2) + "\n"
         written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
         return written
 

@@ -13,17 +13,22 @@ from typing import Any
 def format_bench_summary(summary: dict[str, Any], *, per_round: bool = True) -> str:
     """``Performance metrics summary:`` (and ``Per-round metrics:``) exactly as bench_multiturn."""
     s = summary
-    rate = s.get("request_rate")
-    head = (
-        f"  Total requests: {s['requests']} at {rate} requests per second"
-        if rate is not None
-        else f"  Total requests: {s['requests']} (sequential replay)"
-    )
+    # every request sent counts, the failed ones too (the served ones when the total is unknown)
+    total = s.get("requests_submitted", s["requests"])
+    head = f"  Total requests: {total} {_offered(s, total)}"
     t, lat = s["ttft"], s["latency"]
+    failed = total - s["requests"]
     lines = [
-        "All requests completed",
+        "All requests completed" if not failed else f"Not all requests completed: {failed} failed",
         "Performance metrics summary:",
         head,
+    ]
+    if failed:
+        lines.append(
+            f"  Served requests: {s['requests']} (the lengths, TTFT, latency, throughputs and hit "
+            "rate below cover only these)"
+        )
+    lines += [
         f"  Average Prompt Length: {s['average_prompt_len']:.2f} tokens",
         f"  Average Output Length: {s['average_output_len']:.2f} tokens",
         f"  Average TTFT: {t['mean']:.2f}",
@@ -49,6 +54,18 @@ def format_bench_summary(summary: dict[str, Any], *, per_round: bool = True) -> 
                 f"Cache Hit Rate = {r['cache_hit_rate']:.6f} ({r['requests']} requests)"
             )
     return "\n".join(lines)
+
+
+def _offered(s: dict[str, Any], total: int) -> str:
+    """How the requests were sent: bench_multiturn's "at R requests per second" when there is a
+    rate; else a sequential replay, or an open loop whose arrivals span no time (one request,
+    a burst, ``--time-scale 0``)."""
+    rate = s.get("request_rate")
+    if rate is not None:
+        return f"at {rate} requests per second"
+    if s.get("client_mode", "sequential") == "sequential":
+        return "(sequential replay)"
+    return "(open loop, one request)" if total == 1 else "(open loop, all sent at the same time)"
 
 
 def _usage(x: float | None) -> str:
@@ -100,9 +117,32 @@ def _seconds(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.2f} s"
 
 
+def format_failures(summary: dict[str, Any]) -> str:
+    """The failed requests, by outcome and reason; empty when every request was served."""
+    s = summary
+    total = s.get("requests_submitted", s["requests"])
+    aborted, rejected = s.get("aborted", 0), s.get("rejected", 0)
+    unfinished = s.get("unfinished", 0)
+    if not (aborted or rejected or unfinished):
+        return ""
+    lines = [
+        f"FAILED REQUESTS: {aborted + rejected + unfinished} of {total} requests were not served "
+        f"({rejected} rejected on arrival, {aborted} aborted, {unfinished} unfinished)"
+    ]
+    examples = s.get("failure_examples", {})
+    for outcome, by_kind in s.get("failure_reasons", {}).items():
+        for kind, n in by_kind.items():
+            example = examples.get(kind, kind)
+            lines.append(f"  {n} {outcome}, e.g. {example}" if n > 1 else f"  1 {outcome}: {example}")
+    return "\n".join(lines)
+
+
 def format_report(summary: dict[str, Any], *, per_round: bool = True, server_metrics: bool = True) -> str:
-    """The whole stdout of a run: bench_multiturn's blocks, then (optionally) kvplan's."""
-    parts = [format_bench_summary(summary, per_round=per_round)]
+    """The whole stdout of a run: the failed requests first (if any), bench_multiturn's blocks,
+    then (optionally) kvplan's."""
+    failures = format_failures(summary)
+    parts = [failures] if failures else []
+    parts.append(format_bench_summary(summary, per_round=per_round))
     if server_metrics:
         parts.append(format_server_metrics(summary, per_round=per_round))
     return "\n".join(parts)

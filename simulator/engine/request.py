@@ -38,6 +38,7 @@ class SimRequest:
     cached_tokens: int = 0
     retractions: int = 0
     aborted: bool = False
+    rejected: bool = False  # refused on arrival (engine/failures.py), never queued
     abort_reason: str = ""
 
     @property

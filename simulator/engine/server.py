@@ -23,6 +23,7 @@ from policies.swa_eviction import make_swa_eviction
 from policies.tombstone import TOMBSTONING
 from simulator.engine.admission import PrefillAdder, calc_priority
 from simulator.engine.config import SimConfig
+from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
@@ -119,8 +120,17 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             max_new = max(max_new, cfg.max_new_tokens)
         req.max_new_tokens = max_new
         req.done = self.env.event()
-        self.waiting.append(req)
         self.obs.on_arrival(sim)
+        # the sampling params state max_new_tokens when the client sets it (bench_multiturn
+        # sends its output length with ignore_eos; --max-new-tokens; a trace's own column)
+        stated = sim.ignore_eos or sim.max_new_tokens is not None or cfg.max_new_tokens is not None
+        rejected = reject_reason(
+            sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
+        )
+        if rejected is not None:
+            self._reject(req, rejected)
+            return req.done
+        self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
         if self.env.now < self._interrupt_before:
@@ -222,20 +232,29 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         if notify:
             r.done.succeed(sim)
 
-    def _abort(self, req: ServerReq, reason: str) -> None:
-        self._complete(req, self.env.now, reason)
+    def _abort(self, req: ServerReq, detail: str) -> None:
+        """Out of memory even after eviction (and retraction): the request is aborted."""
+        self._complete(req, self.env.now, out_of_memory_reason(detail))
 
     def _abort_unservable(self) -> None:
+        """Nothing runs and the head of the queue can never be admitted: abort it, saying which
+        admission condition fails on an idle server."""
         if self.chunked is not None:
             req, self.chunked = self.chunked, None
         else:
             req = self.waiting.pop(0)
-        full, swa = self.cache.capacity()
-        self._abort(
-            req,
-            f"request needs {req.fill_len - req.prefix_len} new tokens but the pools hold "
-            f"{full} FULL / {swa} SWA tokens",
-        )
+        why = unservable_reason(req, self.cache, self.pools, self.cfg.max_prefill_tokens)
+        self._complete(req, self.env.now, why)
+
+    def _reject(self, req: ServerReq, reason: str) -> None:
+        """Refused on arrival, before the queue (``TokenizerManager._validate_one_request``):
+        never scheduled, holds no cache; its finish time is its arrival time."""
+        sim = req.sim
+        sim.rejected = True
+        sim.abort_reason = reason
+        sim.finish_s = self.env.now
+        self.obs.on_finish(sim)
+        req.done.succeed(sim)
 
     # ------------------------------------------------------------------ admission
     def _get_new_batch_prefill(self) -> list[ServerReq]:
@@ -359,7 +378,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.retractions += len(retracted)
         self.waiting.extend(retracted)
         for r in aborted:
-            self._abort(r, "out of memory even after retracting all other requests")
+            self._abort(r, "decode memory short even after retracting all other requests")
         if retracted:
             self.obs.on_retract(self.env.now, [r.sim for r in retracted], before, self.ratio.current)
 

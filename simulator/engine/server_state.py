@@ -46,6 +46,7 @@ class ServerPools:
     max_running_requests: int
     chunked_prefill_size: int
     hybrid: bool = True
+    context_length: int | None = None  # the model's; None: prompts are not checked against it
 
 
 @dataclass

@@ -37,6 +37,7 @@ def resolve_pools(cfg: SimConfig):
             window=int(sizes.sliding_window),
             max_running_requests=int(sizes.max_running_requests),
             chunked_prefill_size=int(resolved.chunked_prefill_size),
+            context_length=int(resolved.context_length),
         )
     else:
         # One pool (e.g. Gemma 3): the SWA side mirrors the FULL pool and no window ever binds.
@@ -48,6 +49,7 @@ def resolve_pools(cfg: SimConfig):
             max_running_requests=int(sizes.max_running_requests),
             chunked_prefill_size=int(resolved.chunked_prefill_size),
             hybrid=False,
+            context_length=int(resolved.context_length),
         )
     return model, gpu, sizes, pools
 

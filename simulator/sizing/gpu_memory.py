@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import math
-
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.kv_geometry import GIB
 from simulator.models import ModelSpec
 from simulator.server_args import ResolvedServerArgs
+from simulator.sizing.advice import no_kv_budget_advice
 from simulator.sizing.results import GpuMemoryPlan
 
 # env SGLANG_VLM_CACHE_SIZE_MB default (environ.py), reserved out of the KV budget for VLMs.
@@ -35,11 +34,17 @@ def plan_gpu_memory(model: ModelSpec, gpu: GpuSpec, resolved: ResolvedServerArgs
     mm_gb = VLM_CACHE_SIZE_MB / 1024 if model.is_multimodal else 0.0
     rest_gb = available_gb - slack_gb - mm_gb
     if rest_gb <= 0:
-        minimum = 1 - available_gb / pre_gb
+        advice = no_kv_budget_advice(
+            fraction=fraction,
+            tp=resolved.tp_size,
+            pre_bytes=pre,
+            model_bytes=model.weight_bytes,
+            mm_bytes=mm_gb * GIB,
+        )
         raise ConfigError(
             f"Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static={fraction:.4g} "
             f"({model.name}, {weights / GIB:.1f} GiB weights per rank on {gpu.name}, tp={resolved.tp_size}). "
-            f"Raise --mem-fraction-static above {math.ceil(minimum * 1000) / 1000:.3f} or use more GPUs"
+            f"{advice}"
         )
     return GpuMemoryPlan(
         gpu=gpu.name,
