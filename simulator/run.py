@@ -14,13 +14,13 @@ pandas frames, no simulator, SimPy or server objects), so it pickles across proc
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from simulator.engine.config import SimConfig
+from simulator.engine.outputs import write_tables
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -66,15 +66,7 @@ class RunResult:
         Each file is written under a temporary name and renamed into place, so a reader never
         sees a half-written file. Returns the paths written.
         """
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
-        for name, frame in self.frames.items():
-            written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
-            written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
-        text = json.dumps(self.summary, indent=2) + "\n"
-        written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
-        return written
+        return write_tables(out_dir, self.frames, self.summary)
 
 
 def run_config(
@@ -143,14 +135,3 @@ def _write_op_log(path: Path, server: Any, cfg: SimConfig, resolved: tuple) -> N
         geometry=model_geometry(model, cfg.tp),
         source=dict(producer="kvplan run (simulated server)", config=config),
     )
-
-
-def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path

@@ -15,9 +15,7 @@ The summary is bench_multiturn's (:mod:`simulator.engine.bench_summary`); see do
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
@@ -32,6 +30,7 @@ from simulator.engine.bench_summary import bench_percentile, bench_summary, late
 from simulator.engine.config import SimConfig
 from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
+from simulator.engine.outputs import write_tables
 from simulator.engine.request import SimRequest
 
 __all__ = [
@@ -471,15 +470,7 @@ class Recorder(ServerObserver):
         Each file is written under a temporary name in ``out_dir`` and renamed into place, so a
         reader never sees a half-written file. Returns the paths written.
         """
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        written: list[Path] = []
-        for name, frame in self.report_frames().items():
-            written.append(_atomic(out / f"{name}.parquet", lambda p, f=frame: f.to_parquet(p, index=False)))
-            written.append(_atomic(out / f"{name}.csv", lambda p, f=frame: f.to_csv(p, index=False)))
-        text = json.dumps(self.report_summary(client_mode), indent=2) + "\n"
-        written.append(_atomic(out / "summary.json", lambda p: p.write_text(text)))
-        return written
+        return write_tables(out_dir, self.report_frames(), self.report_summary(client_mode))
 
 
 _DECODE_DTYPES = {
@@ -494,14 +485,3 @@ _DECODE_DTYPES = {
     "round": "int64",
     "round_share": "float64",
 }
-
-
-def _atomic(path: Path, write: Callable[[Path], Any]) -> Path:
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        write(tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
