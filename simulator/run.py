@@ -116,8 +116,23 @@ def _serve(
     resolved = resolve_pools(cfg)
     server = simulate(trace, cfg, observer, resolved=resolved, record_ops=record_ops is not None)
     if record_ops is not None:
+        if cfg.check_invariants:
+            check_recorded_ops(server.ops)
         _write_op_log(record_ops, server, cfg, resolved)
     return resolved[2].to_dict()
+
+
+def check_recorded_ops(executor: Any) -> None:
+    """``--check-invariants`` on a recorded run: replay its records on fresh pools
+    (:func:`simulator.memory_ops.check_op_stream`); a double free, a leak into a live page or
+    an allocation SGLang would hand out differently is a kvplan bug."""
+    from simulator.invariants import InvariantViolation
+    from simulator.memory_ops import check_op_stream
+
+    pages = executor.pages
+    errors = check_op_stream(executor.ops, pages.full.num_pages, pages.swa.num_pages, pages.page_size)
+    if errors:
+        raise InvariantViolation([f"recorded memory operations: {e}" for e in errors])
 
 
 def _write_op_log(path: Path, server: Any, cfg: SimConfig, resolved: tuple) -> None:

@@ -263,3 +263,39 @@ def test_legacy_tree_refuses_recording_with_a_clear_error(tmp_path):
     assert res.exit_code == 1
     assert "unified tree" in res.stderr and "Traceback" not in res.output
     assert not list(tmp_path.iterdir())
+
+
+def test_check_invariants_replays_the_recorded_ops(monkeypatch, tmp_path):
+    """With --check-invariants, a recorded run's records are replayed on fresh pools at the end
+    (check_recorded_ops); a stream that lost one free is caught as an internal error."""
+    from simulator.invariants import InvariantViolation
+    from simulator.run import check_recorded_ops
+
+    servers = []
+    simulate = simulate_module.simulate
+
+    def keep(*args, **kwargs):
+        servers.append(simulate(*args, **kwargs))
+        return servers[-1]
+
+    monkeypatch.setattr(simulate_module, "simulate", keep)
+    trace = generate_bench_multiturn(
+        BenchMultiturnArgs(
+            num_clients=4,
+            max_parallel=4,
+            request_length=600,
+            output_length=300,
+            num_rounds=2,
+            request_rate=100.0,
+            disable_random_sample=True,
+            seed=2,
+        )
+    )
+    cfg = SimConfig(max_total_tokens=8000, page_size=16, check_invariants=True)
+    run_config(trace, cfg, record_ops=tmp_path / "ok.npz")  # a clean stream passes
+    executor = servers[0].ops
+    frees = [i for i, op in enumerate(executor.ops) if op.kind == OpKind.FREE and len(op.full)]
+    assert frees
+    del executor.ops[frees[0]]  # the freed pages now look live when allocated again
+    with pytest.raises(InvariantViolation, match="recorded memory operations"):
+        check_recorded_ops(executor)
