@@ -123,18 +123,20 @@ def test_max_prefill_tokens_zero_aborts_with_the_right_reason():
 
 
 def test_run_says_so_first_and_exits_3():
-    res = runner.invoke(app, ["run", "--limit", "4", "--max-prefill-tokens", "0", "--no-progress"])
+    # (--max-prefill-tokens 0 is now refused before the run by the flag checks; a 1,500-token
+    # pool rejects the bundled trace's first four prompts on arrival instead)
+    res = runner.invoke(app, ["run", "--limit", "4", "--max-total-tokens", "1500", "--no-progress"])
     assert res.exit_code == FAILED_REQUESTS_EXIT
     lines = res.stdout.splitlines()
     assert lines[0].startswith("FAILED REQUESTS: 4 of 4 requests were not served")
-    assert "4 aborted" in lines[1] and "--max-prefill-tokens is 0" in lines[1]
+    assert "4 rejected" in lines[1] and "maximum allowed input length" in lines[1]
     assert "All requests completed" not in res.stdout
     assert "  Total requests: 4 " in res.stdout  # the failed ones count
     assert "4 of 4 requests failed" in res.stderr
 
 
 def test_max_abort_fraction_sets_the_threshold():
-    args = ["run", "--limit", "4", "--max-prefill-tokens", "0", "--no-progress", "--json"]
+    args = ["run", "--limit", "4", "--max-total-tokens", "1500", "--no-progress", "--json"]
     assert runner.invoke(app, [*args, "--max-abort-fraction", "1"]).exit_code == 0
     assert runner.invoke(app, [*args, "--max-abort-fraction", "0.99"]).exit_code == FAILED_REQUESTS_EXIT
     bad = runner.invoke(app, [*args, "--max-abort-fraction", "nan"])
