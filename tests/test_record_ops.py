@@ -193,17 +193,23 @@ def test_recorded_run_replays_to_the_live_pool_state_after_every_step(case, monk
     assert starts == sorted(starts)
 
 
-def test_tombstones_are_recorded_and_stats_match_the_runs_counters(monkeypatch, tmp_path):
-    """The bench_multiturn workload through ``run_config(record_ops=...)`` with a small SWA pool:
-    the tree tombstones internal nodes; ``ops stats`` totals equal the allocator's counters."""
-    servers = []
+@pytest.fixture
+def servers(monkeypatch) -> list:
+    """The servers ``run_config`` builds, kept for the test to inspect."""
+    kept: list = []
     simulate = simulate_module.simulate
 
     def keep(*args, **kwargs):
-        servers.append(simulate(*args, **kwargs))
-        return servers[-1]
+        kept.append(simulate(*args, **kwargs))
+        return kept[-1]
 
     monkeypatch.setattr(simulate_module, "simulate", keep)
+    return kept
+
+
+def test_tombstones_are_recorded_and_stats_match_the_runs_counters(servers, tmp_path):
+    """The bench_multiturn workload through ``run_config(record_ops=...)`` with a small SWA pool:
+    the tree tombstones internal nodes; ``ops stats`` totals equal the allocator's counters."""
     trace = generate_bench_multiturn(
         BenchMultiturnArgs(
             num_clients=8,
@@ -265,20 +271,12 @@ def test_legacy_tree_refuses_recording_with_a_clear_error(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
-def test_check_invariants_replays_the_recorded_ops(monkeypatch, tmp_path):
+def test_check_invariants_replays_the_recorded_ops(servers, tmp_path):
     """With --check-invariants, a recorded run's records are replayed on fresh pools at the end
     (check_recorded_ops); a stream that lost one free is caught as an internal error."""
     from simulator.invariants import InvariantViolation
     from simulator.run import check_recorded_ops
 
-    servers = []
-    simulate = simulate_module.simulate
-
-    def keep(*args, **kwargs):
-        servers.append(simulate(*args, **kwargs))
-        return servers[-1]
-
-    monkeypatch.setattr(simulate_module, "simulate", keep)
     trace = generate_bench_multiturn(
         BenchMultiturnArgs(
             num_clients=4,
