@@ -31,14 +31,7 @@ from gpu_replay.transfer import KVTransfer  # noqa: E402
 from gpu_replay.transfer_cuda import CudaConfig  # noqa: E402
 from gpu_replay.transfer_triton import KernelConfig  # noqa: E402
 
-PAIRS = (
-    ("layer_first", "kernel"),
-    ("page_first", "kernel"),
-    ("layer_first", "direct"),
-    ("page_first_direct", "direct"),
-    ("layer_first", "hybrid"),
-    ("page_first_direct", "hybrid"),
-)
+PAIRS = base.PAIRS
 FAMILIES = ("triton", "cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged")
 
 

@@ -34,7 +34,10 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gpu_transfer  # noqa: E402
 
 from simulator.models import load_model  # noqa: E402
 
@@ -42,19 +45,8 @@ BF16 = torch.bfloat16
 
 
 def _time(fn, reps: int = 20, warmup: int = 3) -> float:
-    """Median seconds per call by CUDA events."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        fn()
-        e.record()
-        e.synchronize()
-        out.append(s.elapsed_time(e) / 1e3)
-    return statistics.median(out)
+    """Median seconds per call by CUDA events (gpu_transfer's timer)."""
+    return statistics.median(gpu_transfer._time(fn, reps, warmup))
 
 
 class RankShapes:
