@@ -27,6 +27,7 @@ from simulator.cli.unmodelled import UNMODELLED_FLAGS
 from simulator.cli.validation import check_tp_split
 from simulator.engine.config import SimConfig
 from simulator.errors import ConfigError, FlagError
+from simulator.hicache_args import HiCacheArgs
 from simulator.run import run_config
 from simulator.server_args import ServerArgs
 from traces import load_trace
@@ -125,7 +126,7 @@ def test_unmodelled_flags_at_sglangs_default_are_accepted():
 
 
 def test_every_numeric_server_flag_has_a_check():
-    hints = typing.get_type_hints(SimConfig)
+    hints = typing.get_type_hints(SimConfig) | typing.get_type_hints(HiCacheArgs)
     for flag in SERVER_FLAGS:
         numeric = {int, float} & set(typing.get_args(hints[flag.field]) or (hints[flag.field],))
         if numeric:

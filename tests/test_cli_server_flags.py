@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 from simulator.cli.main import app
 from simulator.cli.server_flags import ALL_FLAGS, FLAGS, POOL_FLAGS, SERVER_FLAGS
 from simulator.engine.config import SimConfig
+from simulator.hicache_args import HiCacheArgs
 
 SIM_DEFAULTS = {f.name: f.default for f in dataclasses.fields(SimConfig)}
+HICACHE_DEFAULTS = {f.name: f.default for f in dataclasses.fields(HiCacheArgs)}
 COMMANDS = typer.main.get_command(app).commands  # type: ignore[attr-defined]
 
 
@@ -22,7 +24,9 @@ def _params(command: str) -> dict:
 
 
 def test_every_row_names_a_simconfig_field_and_flags_are_unique():
-    assert set(FLAGS) <= set(SIM_DEFAULTS)
+    assert {f.field for f in SERVER_FLAGS if f.group is None} <= set(SIM_DEFAULTS)
+    # HiCache's rows name HiCacheArgs fields (SimConfig.hicache), every one of them.
+    assert {f.field for f in SERVER_FLAGS if f.group == "hicache"} == set(HICACHE_DEFAULTS)
     spelled = [d for f in SERVER_FLAGS for decl in f.decls for d in decl.split("/")]
     assert len(spelled) == len(set(spelled))
 
@@ -34,7 +38,8 @@ def test_each_command_spells_each_flag_once_with_simconfigs_default(command):
     assert shared, f"{command} takes no shared server flag"
     for name in shared:
         param, row = params[name], FLAGS[name]
-        assert param.default == SIM_DEFAULTS[name], (command, name)
+        defaults = HICACHE_DEFAULTS if row.group == "hicache" else SIM_DEFAULTS
+        assert param.default == defaults[name], (command, name)
         declared = [d for decl in row.decls for d in decl.split("/")]
         assert sorted(param.opts + param.secondary_opts) == sorted(declared), (command, name)
 

@@ -7,6 +7,7 @@ or one JSON object.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any
 
 import typer
@@ -16,6 +17,7 @@ from rich.table import Table
 from simulator.cli.common import print_json, user_errors_exit
 from simulator.cli.server_flags import POOL_FLAGS, choice_check, server_options
 from simulator.engine.config import SimConfig
+from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
 from simulator.pool_sizing import GIB, PoolSizes
 from simulator.server_args import KV_CACHE_DTYPES
 
@@ -34,16 +36,6 @@ def pools(
             callback=choice_check(lambda: list(KV_CACHE_DTYPES), "--kv-cache-dtype"),
         ),
     ] = "auto",
-    enable_hierarchical_cache: Annotated[
-        bool, typer.Option("--enable-hierarchical-cache", help="Size HiCache host pools (ratio 2.0 default).")
-    ] = False,
-    hicache_ratio: Annotated[
-        float | None,
-        typer.Option("--hicache-ratio", help="Host pool tokens / device pool tokens (implies HiCache)."),
-    ] = None,
-    hicache_size: Annotated[
-        float, typer.Option("--hicache-size", help="Host pool GB (1e9 B) per rank; overrides the ratio.")
-    ] = 0.0,
     disable_hybrid_swa_memory: Annotated[
         bool, typer.Option("--disable-hybrid-swa-memory", help="Size every layer as full attention.")
     ] = False,
@@ -55,21 +47,70 @@ def pools(
     server: dict[str, Any],
 ) -> None:
     """Print SGLang's full / SWA / host pool sizes for a model, GPU and flags."""
-    sizes = SimConfig(**server).pool_sizes(
+    config = SimConfig(**server)
+    hicache = resolve_hicache_args(config.hicache, disable_radix_cache=config.disable_radix_cache)
+    sizes = config.pool_sizes(
         context_length=context_length,
         kv_cache_dtype=kv_cache_dtype,
         disable_hybrid_swa_memory=disable_hybrid_swa_memory,
         attention_backend=attention_backend,
-        enable_hierarchical_cache=enable_hierarchical_cache,
-        hicache_ratio=hicache_ratio,
-        hicache_size=hicache_size,
     )
     if as_json:
         out = sizes.to_dict()
         out["gpu"] = None if sizes.memory is None else sizes.memory.gpu
+        if hicache.enabled:
+            out["hicache"] = hicache_summary(sizes, hicache)
         print_json(out)
     else:
         _print_table(sizes)
+        if hicache.enabled:
+            _print_hicache(sizes, hicache)
+
+
+def hicache_summary(p: PoolSizes, h: ResolvedHiCache) -> dict[str, Any]:
+    """The resolved HiCache settings and the host RAM they need per GPU (one TP rank per GPU)."""
+    out: dict[str, Any] = {
+        "host_memory_mode": h.host_memory_mode,
+        "write_policy": h.write_policy,
+        "write_through_threshold": h.write_through_threshold,
+        "io_backend": h.io_backend,
+        "mem_layout": h.mem_layout,
+        "host_full_tokens": p.host_full_tokens,
+        "host_swa_tokens": p.host_swa_tokens,
+        "host_bytes_per_gpu": p.host_bytes,
+        "host_bytes_per_server": p.host_bytes * p.tp_size,
+        "storage": None,
+        "notes": list(h.notes),
+    }
+    if h.storage is not None:
+        out["storage"] = {
+            **dataclasses.asdict(h.storage),
+            "prefetch_policy": h.prefetch_policy,
+            "prefetch_threshold": h.prefetch_threshold,
+            "prefetch_timeout_base": h.prefetch_timeout_base,
+            "prefetch_timeout_per_ki_token": h.prefetch_timeout_per_ki_token,
+        }
+    return out
+
+
+def _print_hicache(p: PoolSizes, h: ResolvedHiCache) -> None:
+    console = Console()
+    console.print(
+        f"HiCache: {h.write_policy}, io {h.io_backend}, layout {h.mem_layout}, host memory "
+        f"{h.host_memory_mode}; host RAM per GPU {_gib(p.host_bytes)} "
+        f"({_gib(p.host_bytes * p.tp_size)} for {p.tp_size} GPU(s))"
+    )
+    s = h.storage
+    if s is not None:
+        cap = "unlimited" if not s.capacity_bytes else f"{s.capacity_bytes / 1e9:,.1f} GB"
+        console.print(
+            f"L3 {s.backend}: capacity {cap}, read {s.read_gbps:g} GB/s, write {s.write_gbps:g} GB/s, "
+            f"{s.op_latency_s * 1e6:g} us per op; prefetch {h.prefetch_policy}, threshold "
+            f"{h.prefetch_threshold} tokens, timeout {h.prefetch_timeout_base:g} s + "
+            f"{h.prefetch_timeout_per_ki_token:g} s per 1024 tokens"
+        )
+    for note in h.notes:
+        console.print(f"[dim]- {note}[/dim]")
 
 
 def _gib(n: int | float) -> str:

@@ -7,7 +7,10 @@ field's, so every command that takes the flag agrees on both. :func:`server_opti
 these flags to a typer command and hands their values to it as one ``server`` dict (SimConfig
 field -> value), in the manner of sqlite-utils' shared option decorators.
 
-Adding a server flag: a SimConfig field, plus one row here.
+Adding a server flag: a SimConfig field, plus one row here. HiCache's flags are the fields of
+:class:`simulator.hicache_args.HiCacheArgs` (``group="hicache"``): the command receives them as one
+``server["hicache"]`` value. Served runs (``run``, ``bench-multiturn``, ``demo``) accept and check
+them but refuse an enabled HiCache until the engine serves it (:data:`HICACHE_IN_SERVED_RUNS`).
 """
 
 from __future__ import annotations
@@ -28,7 +31,18 @@ from simulator.cli.checks import AT_LEAST_1, FRACTION, MAX_TOKENS, NON_NEGATIVE,
 from simulator.cli.unmodelled import UNMODELLED_FLAGS, UNMODELLED_PANEL, UnmodelledFlag
 from simulator.cli.validation import validate_flags
 from simulator.engine.config import SCHEDULE_POLICIES, SimConfig
+from simulator.errors import FlagError
 from simulator.gpus import gpu_names
+from simulator.hicache_args import (
+    HOST_MEMORY_MODES,
+    IO_BACKENDS,
+    MEM_LAYOUTS,
+    PREFETCH_POLICIES,
+    STORAGE_BACKENDS,
+    WRITE_POLICIES,
+    HiCacheArgs,
+    resolve_hicache_args,
+)
 from simulator.models import model_names
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,6 +64,7 @@ class ServerFlag:
     sglang: bool | str = True
     choices: Callable[[], Sequence[str]] | None = None
     check: Check | None = None
+    group: str | None = None  # "hicache": a HiCacheArgs field, not a SimConfig one
 
     @property
     def name(self) -> str:
@@ -162,6 +177,118 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(
         "tombstone", ("--tombstone",), "SWA radix tree generation", sglang=False, choices=TOMBSTONING.names
     ),
+    ServerFlag(
+        "enable_hierarchical_cache",
+        ("--enable-hierarchical-cache", "--enable-hicache"),
+        "HiCache: a host (L2) tier behind the device KV pools (pools: sizes it; served runs "
+        "refuse it until the engine serves it)",
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_ratio",
+        ("--hicache-ratio",),
+        "host pool tokens / device pool tokens, each pool (default 2.0; 1.2 in buffer_only; implies HiCache)",
+        check=POSITIVE,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_size",
+        ("--hicache-size",),
+        "host pool GB (1e9 B) per rank, split between the pools by device bytes; overrides "
+        "--hicache-ratio (implies HiCache)",
+        check=NON_NEGATIVE,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_host_memory_mode",
+        ("--hicache-host-memory-mode",),
+        "host memory as a cache tier or only a staging buffer for storage",
+        choices=lambda: HOST_MEMORY_MODES,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_host_memory_fraction",
+        ("--hicache-host-memory-fraction",),
+        "share of host RAM (after a 10 GiB reserve) the auto-sized host pools may take",
+        check=FRACTION,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_write_policy",
+        ("--hicache-write-policy",),
+        "when device KV is backed up to host",
+        choices=lambda: WRITE_POLICIES,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_io_backend",
+        ("--hicache-io-backend",),
+        "host<->device copy mechanism (prices transfers; SGLang rewrites incompatible pairs)",
+        choices=lambda: IO_BACKENDS,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_mem_layout",
+        ("--hicache-mem-layout",),
+        "host pool layout (prices transfers; SGLang rewrites incompatible pairs)",
+        choices=lambda: MEM_LAYOUTS,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_storage_backend",
+        ("--hicache-storage-backend",),
+        "L3 storage tier; kvplan simulates file and sim",
+        choices=lambda: STORAGE_BACKENDS,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_storage_prefetch_policy",
+        ("--hicache-storage-prefetch-policy",),
+        "when a storage prefetch stops",
+        choices=lambda: PREFETCH_POLICIES,
+        group="hicache",
+    ),
+    ServerFlag(
+        "hicache_storage_backend_extra_config",
+        ("--hicache-storage-backend-extra-config",),
+        "JSON object or @file: prefetch_threshold (256), prefetch_timeout_base (1 s), "
+        "prefetch_timeout_per_ki_token (0.25 s), sim_write_gbps/sim_read_gbps/sim_op_latency_us",
+        group="hicache",
+    ),
+    ServerFlag(
+        "storage_capacity_gb",
+        ("--storage-capacity-gb",),
+        "kvplan's own: capacity of the simulated L3 tier in GB (1e9 B), 0 = unlimited",
+        sglang=False,
+        check=NON_NEGATIVE,
+        group="hicache",
+    ),
+    ServerFlag(
+        "storage_read_gbps",
+        ("--storage-read-gbps",),
+        "kvplan's own: L3 read bandwidth per rank in GB/s, 0 = infinite (default: sim_read_gbps, "
+        "SimHiCacheStorage's = write)",
+        sglang=False,
+        check=NON_NEGATIVE,
+        group="hicache",
+    ),
+    ServerFlag(
+        "storage_write_gbps",
+        ("--storage-write-gbps",),
+        "kvplan's own: L3 write bandwidth per rank in GB/s, 0 = infinite (default: sim_write_gbps, "
+        "SimHiCacheStorage's 5.0)",
+        sglang=False,
+        check=NON_NEGATIVE,
+        group="hicache",
+    ),
+    ServerFlag(
+        "storage_op_latency_us",
+        ("--storage-op-latency-us",),
+        "kvplan's own: L3 latency per operation in us (default: sim_op_latency_us, 100)",
+        sglang=False,
+        check=NON_NEGATIVE,
+        group="hicache",
+    ),
     ServerFlag("profile", ("--profile",), "cost-model calibration profile JSON", sglang=False),
     ServerFlag(
         "log_decode",
@@ -194,10 +321,18 @@ POOL_FLAGS = (
     "kv_budget_gib",
 )
 CACHE_POLICY_FLAGS = ("radix_eviction_policy", "swa_eviction", "swa_eviction_interval", "tombstone")
+HICACHE_FLAGS = tuple(f.field for f in SERVER_FLAGS if f.group == "hicache")
+POOL_FLAGS = (*POOL_FLAGS, *HICACHE_FLAGS)
 ALL_FLAGS = tuple(f.field for f in SERVER_FLAGS)
 
-_DEFAULTS = {f.name: f.default for f in fields(SimConfig)}
-_TYPES = typing.get_type_hints(SimConfig)
+# Served runs take HiCache's flags and refuse an enabled HiCache until the engine serves it
+# (issue 10's engine integration flips this).
+HICACHE_IN_SERVED_RUNS = False
+# A command is a served run when it takes a serving-only flag.
+_SERVED_MARK = "schedule_policy"
+
+_DEFAULTS = {f.name: f.default for f in fields(SimConfig)} | {f.name: f.default for f in fields(HiCacheArgs)}
+_TYPES = typing.get_type_hints(SimConfig) | typing.get_type_hints(HiCacheArgs)
 
 
 def choice_check(names: Callable[[], Sequence[str]], flag: str) -> Callable[[Any], Any]:
@@ -265,12 +400,18 @@ def server_options(*field_names: str) -> Callable[[F], F]:
             for u in refused
         ]
 
+        served = _SERVED_MARK in field_names
+
         @functools.wraps(fn)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             validate_flags(kwargs, flags)
             for u in refused:
                 kwargs.pop(u.param)
-            server = {f.field: kwargs.pop(f.field) for f in flags}
+            server = {f.field: kwargs.pop(f.field) for f in flags if f.group is None}
+            grouped = {f.field: kwargs.pop(f.field) for f in flags if f.group == "hicache"}
+            if grouped:
+                radix_off = bool(server.get("disable_radix_cache", False))
+                server["hicache"] = hicache_args(grouped, served=served, disable_radix_cache=radix_off)
             return fn(*args, server=server, **kwargs)
 
         params = own + added
@@ -284,3 +425,19 @@ def server_options(*field_names: str) -> Callable[[F], F]:
 def _refused_for(own: set[str]) -> list[UnmodelledFlag]:
     """The unmodelled SGLang flags a command gets: all but those it models itself."""
     return [u for u in UNMODELLED_FLAGS if u.field not in own]
+
+
+def hicache_args(values: dict[str, Any], *, served: bool, disable_radix_cache: bool = False) -> HiCacheArgs:
+    """The HiCache flags as :class:`HiCacheArgs`, checked by SGLang's resolution (a refused value
+    names its flag); a served run refuses an enabled HiCache while the engine does not serve it."""
+    try:
+        args = HiCacheArgs(**values)
+        resolve_hicache_args(args, disable_radix_cache=disable_radix_cache)
+    except ValueError as exc:
+        raise FlagError(str(exc)) from None
+    if served and args.enabled and not HICACHE_IN_SERVED_RUNS:
+        raise FlagError(
+            "--enable-hierarchical-cache: HiCache in served runs lands with issue 10's engine "
+            "integration; `kvplan pools` sizes its host pools and `kvplan cache-replay` replays it"
+        )
+    return args

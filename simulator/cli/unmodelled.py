@@ -61,9 +61,6 @@ UNMODELLED_FLAGS: tuple[UnmodelledFlag, ...] = (
     UnmodelledFlag("--lora-paths", str, None, "LoRA adapters"),
     UnmodelledFlag("--disaggregation-mode", str, "null", "prefill/decode disaggregation"),
     UnmodelledFlag(
-        "--enable-hierarchical-cache", bool, False, "HiCache in the served run (`kvplan pools` sizes it)"
-    ),
-    UnmodelledFlag(
         "--kv-cache-dtype",
         str,
         "auto",

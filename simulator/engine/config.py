@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from policies.swa_eviction import SWA_EVICTION_INTERVAL
 from simulator.errors import ConfigError
+from simulator.hicache_args import HiCacheArgs
 from simulator.kv_geometry import GIB
 
 if TYPE_CHECKING:
@@ -47,6 +48,8 @@ class SimConfig:
     # late result processing) one forward at a time.
     disable_overlap_schedule: bool = True
     kv_budget_gib: float | None = None
+    # HiCache flags (SGLang's names; declared in simulator/cli/server_flags.py).
+    hicache: HiCacheArgs = HiCacheArgs()
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"
     tombstone: str = "unified"
@@ -84,7 +87,7 @@ class SimConfig:
             chunked_prefill_size=self.chunked_prefill_size,
             max_prefill_tokens=self.max_prefill_tokens,
             disable_radix_cache=self.disable_radix_cache,
-            **more,
+            **{**self.hicache.sizing_fields(), **more},
         )
 
     def pool_sizes(self, **more: Any) -> PoolSizes:
