@@ -14,7 +14,11 @@ HICACHE_HOST_MEMORY_RESERVE = 10 * GIB
 
 def host_tokens(device_tokens: int, ratio: float, size_gb: float, per_token: int, page: int) -> int:
     """pool_host/base.py::HostKVCache.__init__: from --hicache-size (GB = 1e9 B) when set, else
-    device tokens x ratio; then whole pages plus one padding page."""
+    device tokens x ratio; then whole pages plus one page. SGLang's free list covers every slot
+    (base.py ``free_slots = arange(logical_size)``), so the extra page is allocatable: capacity
+    ``floor(size / page) * page + page`` (HICACHE.md fact 22). ``per_token`` is the host pool's
+    size_per_token, ``(head_dim + v_head_dim) x head_num x layers x itemsize`` for MHA
+    (pool_host/mha.py::get_size_per_token), i.e. the device pool's bytes per token."""
     if size_gb > 0:
         size = int(size_gb * 1e9 // per_token)
     else:
@@ -61,27 +65,40 @@ class DevicePool:
     bytes: int
 
 
+def split_hicache_size(size_gb: float, device_bytes: tuple[int, ...]) -> tuple[float, ...]:
+    """hybrid_pool_assembler.py::_split_hicache_size: --hicache-size GB shared between the host
+    pools in proportion to their device pools' bytes (padding page included)."""
+    total = sum(device_bytes)
+    return tuple(size_gb * b / total for b in device_bytes)
+
+
+def host_pool_tokens(
+    full: DevicePool, swa: DevicePool | None, page: int, ratio: float, size_gb: float
+) -> tuple[int, int]:
+    """Host token capacities (full, SWA) of the pools that mirror ``full`` and ``swa`` (None: a
+    single-pool model). Hybrid SWA builds two host pools (build_hybrid_swa_stack); a pool with
+    no device bytes (no layers of that kind) gets none."""
+    if swa is None:
+        return host_tokens(full.tokens, ratio, size_gb, full.bytes_per_token, page), 0
+    full_share = swa_share = 0.0
+    if size_gb > 0:
+        full_share, swa_share = split_hicache_size(size_gb, (full.bytes, swa.bytes))
+    host_full = host_tokens(full.tokens, ratio, full_share, full.bytes_per_token, page) if full.bytes else 0
+    host_swa = host_tokens(swa.tokens, ratio, swa_share, swa.bytes_per_token, page) if swa.bytes else 0
+    return host_full, host_swa
+
+
 def host_pools_mha(
     full: DevicePool, swa: DevicePool, args: ResolvedServerArgs, ratio: float, notes: list[str]
 ) -> tuple[int, int]:
-    """Host token capacities (full, SWA). Hybrid SWA builds two host pools
-    (hybrid_pool_assembler.py::build_hybrid_swa_group); --hicache-size is split between them in
-    proportion to the device pool bytes (_split_hicache_size)."""
+    """Host token capacities (full, SWA) for resolved server args (0, 0 without HiCache), with
+    SGLang's warning when a host pool is not larger than its device pool
+    (pool_host/base.py::_allocate_host_buffer)."""
     if not args.hicache_enabled:
         return 0, 0
-    page, size = args.page_size, args.hicache_size
-    if not args.hybrid_swa:
-        host_full = host_tokens(full.tokens, ratio, size, full.bytes_per_token, page)
-        host_swa = 0
-    else:
-        full_share = swa_share = 0.0
-        if size > 0:
-            total = full.bytes + swa.bytes
-            full_share, swa_share = size * full.bytes / total, size * swa.bytes / total
-        host_full = (
-            host_tokens(full.tokens, ratio, full_share, full.bytes_per_token, page) if full.bytes else 0
-        )
-        host_swa = host_tokens(swa.tokens, ratio, swa_share, swa.bytes_per_token, page) if swa.bytes else 0
+    host_full, host_swa = host_pool_tokens(
+        full, swa if args.hybrid_swa else None, args.page_size, ratio, args.hicache_size
+    )
     for label, host, dev in (("full", host_full, full.tokens), ("swa", host_swa, swa.tokens)):
         if dev and host <= dev:
             notes.append(
