@@ -25,6 +25,10 @@ from simulator.preset_registry import PresetRegistry
 __all__ = ["GpuSpec", "get_gpu", "gpu_names", "register_gpu"]
 
 _MIB = 1 << 20
+# kvplan's H100 reached 55.2 GB/s per direction on its 64 GB/s PCIe Gen5 x16 link
+# (gpu_replay/results/gpu_transfer-h100-2026-11-26.json copy_peak); GPUs without a measurement
+# get this share of their nominal link rate.
+PCIE_MEASURED_SHARE = 55.2 / 64
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,6 +46,11 @@ class GpuSpec:
     host_link: str
     compute_capability: int
     host_memory_per_node_gb: float | None = None
+    # Pinned host<->device copy peak per direction (GB/s), measured where known; None: the link
+    # rate scaled by the H100's measured share of it (:data:`PCIE_MEASURED_SHARE`).
+    pcie_h2d_gbps: float | None = None
+    pcie_d2h_gbps: float | None = None
+    pcie_source: str = ""
     source: str = ""
     aliases: tuple[str, ...] = field(default=(), compare=False)
 
@@ -72,6 +81,11 @@ class GpuSpec:
         few hundred MiB more in a real server and are not modelled)."""
         return (self.memory_total_mib - self.driver_reserved_mib - self.cuda_context_mib) * _MIB
 
+    def host_copy_gbps(self, direction: str) -> float:
+        """Pinned copy peak of one direction ("h2d" or "d2h"), GB/s."""
+        measured = {"h2d": self.pcie_h2d_gbps, "d2h": self.pcie_d2h_gbps}[direction]
+        return measured if measured is not None else self.host_link_gbps * PCIE_MEASURED_SHARE
+
     @property
     def is_sm90(self) -> bool:
         return self.compute_capability == 90
@@ -92,6 +106,8 @@ class GpuSpec:
             "hbm_bandwidth_gbps": self.hbm_bandwidth_gbps,
             "bf16_dense_tflops": self.bf16_dense_tflops,
             "host_link_gbps": self.host_link_gbps,
+            "pcie_h2d_gbps": self.host_copy_gbps("h2d"),
+            "pcie_d2h_gbps": self.host_copy_gbps("d2h"),
             "compute_capability": self.compute_capability,
         }
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from simulator.cost.coefficients import CostCoefficients
 from simulator.cost.geometry import INT_GEOMETRY_FIELDS, ModelCostGeometry
+from simulator.cost.hicache_transfer import TRANSFER_KEYS, TransferCoefficients
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.models import ModelSpec
@@ -23,7 +24,7 @@ PROFILE_VERSION = 1
 
 COEFFICIENT_KEYS = tuple(f.name for f in fields(CostCoefficients))
 GEOMETRY_KEYS = tuple(f.name for f in fields(ModelCostGeometry))
-_TOP_KEYS = ("version", "name", "description", "provenance", "coefficients", "model")
+_TOP_KEYS = ("version", "name", "description", "provenance", "coefficients", "model", "hicache_transfer")
 _PROVENANCE_KEYS = ("kind", "gpu", "model", "tp", "tool", "date", "source", "notes")
 _PROVENANCE_KINDS = ("roofline", "measured", "fitted")
 
@@ -92,7 +93,22 @@ def validate_profile(profile: Mapping[str, Any], *, origin: str = "<profile>") -
         if key in INT_GEOMETRY_FIELDS and int(v) != v:
             raise ConfigError(f"{origin}: model.{key} must be an integer, got {v!r}")
     out["model"] = dict(model)
+    if "hicache_transfer" in profile:
+        out["hicache_transfer"] = _validate_transfer(profile["hicache_transfer"], origin)
     return out
+
+
+def _validate_transfer(section: Any, origin: str) -> dict[str, Any]:
+    """The ``hicache_transfer`` section: keys of :class:`TransferCoefficients` (host-link rates
+    and overheads of HiCache's transfers, docs/cost-model.md)."""
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"{origin}: hicache_transfer must be an object")
+    _reject_unknown("hicache_transfer", section, TRANSFER_KEYS, origin)
+    try:
+        TransferCoefficients(**dict(section))
+    except ConfigError as exc:
+        raise ConfigError(f"{origin}: {exc}") from None
+    return dict(section)
 
 
 def load_profile(path: str | Path) -> dict[str, Any]:
