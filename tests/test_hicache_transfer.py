@@ -150,3 +150,17 @@ def test_profile_section_overrides_and_is_validated():
         validate_profile({"version": 1, "hicache_transfer": {"h2d_peak_gbps": -1}})
     with pytest.raises(ConfigError):
         HostTransferModel(H100, "kernel_ascend", "page_first_direct", 1)
+
+
+def test_from_resolved_flags_and_profile():
+    from simulator.hicache_args import HiCacheArgs, resolve_hicache_args
+
+    resolved = resolve_hicache_args(HiCacheArgs(hicache_ratio=2.0, hicache_io_backend="direct"))
+    profile = validate_profile({"version": 1, "hicache_transfer": {"direct_copy_overhead_h2d_s": 1e-6}})
+    m = HostTransferModel.from_resolved(H100, resolved, 16, profile)
+    assert (m.io_backend, m.mem_layout, m.c.direct_copy_overhead_h2d_s) == (
+        "direct",
+        "page_first_direct",
+        1e-6,
+    )
+    assert HostTransferModel.from_resolved(H100, resolved, 16).c == TransferCoefficients()

@@ -35,7 +35,7 @@ from typing import Any
 
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
-from simulator.hicache_args import StorageTier
+from simulator.hicache_args import ResolvedHiCache, StorageTier
 
 DIRECTIONS = ("h2d", "d2h")
 
@@ -156,6 +156,20 @@ class HostTransferModel:
             "h2d": self.c.h2d_peak_gbps or gpu.host_copy_gbps("h2d"),
             "d2h": self.c.d2h_peak_gbps or gpu.host_copy_gbps("d2h"),
         }
+
+    @classmethod
+    def from_resolved(
+        cls,
+        gpu: GpuSpec,
+        hicache: ResolvedHiCache,
+        page_size: int,
+        profile: Mapping[str, Any] | None = None,
+    ) -> HostTransferModel:
+        """The model of a resolved configuration; ``profile`` is a validated calibration profile
+        (its ``hicache_transfer`` section, if any, overrides the defaults)."""
+        section = None if profile is None else profile.get("hicache_transfer")
+        coefficients = TransferCoefficients.from_profile(section)
+        return cls(gpu, hicache.io_backend, hicache.mem_layout, page_size, coefficients)
 
     def bandwidth_gbps(self, direction: str) -> float:
         """The rate bytes move at once a transfer runs (GB/s)."""
