@@ -76,6 +76,17 @@ def gate_prefetch(
     return GateDecision.ISSUED
 
 
+def effective_prefetch_threshold(
+    threshold: int, host_memory_mode: str, window: int | None, page_size: int
+) -> int:
+    """storage_attachment.py::resolve_prefetch_threshold: in ``buffer_only`` mode the threshold
+    is raised to one complete SWA window in whole pages (``full_window_pages x page_size``, with
+    ``full_window_pages = ceil(window / page)``, components/swa.py); ``cache`` mode keeps it."""
+    if host_memory_mode != "buffer_only" or window is None:
+        return threshold
+    return max(threshold, -(-window // page_size) * page_size)
+
+
 def storage_hit_usable(hit_tokens: int, threshold: int) -> bool:
     """An L3 hit below ``prefetch_threshold`` is not read (``_drain_and_alloc_storage_hit``:
     "below-threshold hits are not worth the transfer")."""

@@ -10,6 +10,7 @@ from policies.hicache_prefetch import (
     PollResult,
     PrefetchProgress,
     Timeout,
+    effective_prefetch_threshold,
     gate_prefetch,
     make_prefetch_policy,
     poll_prefetch,
@@ -55,6 +56,10 @@ def test_gate_order_and_thresholds():
     assert gate(10, occupied=10**6, anchor=False) is GateDecision.ANCHOR_NOT_BACKED_UP
     assert gate(10, occupied=10**6) is GateDecision.TOO_SHORT
     assert storage_hit_usable(256, 256) and not storage_hit_usable(255, 256)
+    # buffer_only raises the threshold to one whole-page window: ceil(4095 / 64) x 64 = 4096
+    assert effective_prefetch_threshold(256, "buffer_only", 4095, 64) == 4096
+    assert effective_prefetch_threshold(256, "buffer_only", 127, 64) == 256
+    assert effective_prefetch_threshold(256, "cache", 4095, 64) == 256
 
 
 def test_best_effort_stops_at_the_first_poll():
