@@ -81,7 +81,10 @@ class ProcessBackend:
     def run(self, trace: Any, tasks: Sequence[Task]) -> Iterator[tuple[int, Outcome]]:
         from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
-        pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_init_worker, initargs=(trace,))
+        if not tasks:
+            return
+        workers = min(self.workers, len(tasks))
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(trace,))
         try:
             pending = {pool.submit(_run_in_worker, cfg): task_id for task_id, cfg in tasks}
             while pending:
@@ -103,6 +106,8 @@ class DaskBackend:
         self.workers = workers
 
     def run(self, trace: Any, tasks: Sequence[Task]) -> Iterator[tuple[int, Outcome]]:
+        if not tasks:
+            return
         try:
             from distributed import Client, LocalCluster, as_completed
         except ImportError:
