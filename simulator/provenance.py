@@ -96,8 +96,15 @@ def provenance(
 ) -> dict[str, Any]:
     """What every output carries: kvplan's version and source hash, the SGLang version
     modelled, the trace's content hash (``trace_digest`` when already computed) and source,
-    and the cost-model profile's name and hash."""
-    name, digest = profile_identity(profile_path)
+    and the cost-model profile's name and hash (None if the profile cannot be read)."""
+    from simulator.errors import ConfigError
+
+    try:
+        name, digest = profile_identity(profile_path)
+    except ConfigError:
+        # Reporting, not validating: a run that used the profile has validated it already;
+        # one that did not (a stand-in server) gets no hash rather than a failed report.
+        name, digest = str(profile_path), None
     out: dict[str, Any] = {
         "kvplan_version": kvplan_version(),
         "kvplan_source_hash": source_hash(),

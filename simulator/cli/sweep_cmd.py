@@ -47,19 +47,26 @@ def sweep(
         ),
     ] = None,
     seeds: Annotated[
-        int, typer.Option("--seeds", help="run each point at N seeds (--seed .. --seed+N-1): mean, 95% interval")
+        int,
+        typer.Option("--seeds", help="run each point at N seeds (--seed .. --seed+N-1): mean, 95% interval"),
     ] = 1,
     jobs: Annotated[
         int | None,
-        typer.Option("-j", "--jobs", help="local worker processes (default: one per CPU; 1 = in this process)"),
+        typer.Option(
+            "-j", "--jobs", help="local worker processes (default: one per CPU; 1 = in this process)"
+        ),
     ] = None,
     dask: Annotated[
         str | None,
-        typer.Option("--dask", help="run on the Dask cluster at ADDRESS, or 'local' for a LocalCluster of -j workers"),
+        typer.Option(
+            "--dask", help="run on the Dask cluster at ADDRESS, or 'local' for a LocalCluster of -j workers"
+        ),
     ] = None,
     store: Annotated[
         Path | None,
-        typer.Option("--store", help="result store directory: each run saved as it finishes; a rerun resumes"),
+        typer.Option(
+            "--store", help="result store directory: each run saved as it finishes; a rerun resumes"
+        ),
     ] = None,
     compact: Annotated[
         bool, typer.Option("--compact", help="after the sweep, union the store's run files into one")
@@ -72,7 +79,9 @@ def sweep(
             callback=choice_check(lambda: FORMATS, "--format"),
         ),
     ] = None,
-    block_size: Annotated[int | None, typer.Option("--block-size", help="Mooncake hash-id block size")] = None,
+    block_size: Annotated[
+        int | None, typer.Option("--block-size", help="Mooncake hash-id block size")
+    ] = None,
     limit: Annotated[int | None, typer.Option("--limit", help="serve only the first N requests")] = None,
     time_scale: Annotated[
         float, typer.Option("--time-scale", help="multiply the trace's inter-arrival times")
@@ -147,8 +156,12 @@ def format_table(records: list[dict[str, Any]], flags: list[str]) -> str:
         values = [str(r["flags"][f]) for f in flags]
         tail = [_metric(r["metrics"], m) for m in TABLE_METRICS] if r["error"] is None else [r["error"]]
         rows.append([str(r["point"]), *values, *tail])
-    widths = [max(len(row[i]) for row in rows if i < len(row)) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows)
+    # An error row's message is its last cell: it does not widen the metric columns.
+    full = [row for row in rows if len(row) == len(header)]
+    widths = [max(len(row[i]) for row in full) for i in range(len(header))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)).rstrip() for row in rows
+    )
 
 
 def format_summary(summary: dict[str, Any]) -> str:

@@ -31,4 +31,5 @@ __all__ = [
     "resolve_flag",
     "run_key",
     "run_sweep",
+    "run_task",
 ]

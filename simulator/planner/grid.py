@@ -69,9 +69,7 @@ def axis_flags() -> dict[str, AxisFlag]:
     """Every name an axis may be given by (``--flag``, ``flag``, ``field``) -> its flag."""
     from simulator.cli.server_flags import SERVER_FLAGS
 
-    flags = [
-        AxisFlag(f.field, f.name, f.check, f.choices) for f in SERVER_FLAGS if f.field not in NOT_AXES
-    ]
+    flags = [AxisFlag(f.field, f.name, f.check, f.choices) for f in SERVER_FLAGS if f.field not in NOT_AXES]
     out: dict[str, AxisFlag] = {}
     for flag in [*flags, *WORKLOAD_AXES]:
         out[flag.field] = flag

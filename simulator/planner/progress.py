@@ -23,7 +23,12 @@ class SweepProgress:
     """Context manager; call :meth:`advance` after each finished run."""
 
     def __init__(
-        self, total: int, done: int = 0, *, enabled: bool = True, stream: TextIO | None = None,
+        self,
+        total: int,
+        done: int = 0,
+        *,
+        enabled: bool = True,
+        stream: TextIO | None = None,
         interval_s: float = 10.0,
     ) -> None:
         self.total, self.done, self.new = total, done, 0

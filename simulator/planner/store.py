@@ -101,8 +101,13 @@ class ResultStore:
             raise ConfigError(f"--store {self.path}: a non-empty directory that is not a kvplan result store")
         if marker.exists():
             found = json.loads(marker.read_text())
-            if found.get("format") != STORE_FORMAT["format"] or found.get("version") != STORE_FORMAT["version"]:
-                raise ConfigError(f"--store {self.path}: store format {found!r}, this kvplan reads {STORE_FORMAT}")
+            if (
+                found.get("format") != STORE_FORMAT["format"]
+                or found.get("version") != STORE_FORMAT["version"]
+            ):
+                raise ConfigError(
+                    f"--store {self.path}: store format {found!r}, this kvplan reads {STORE_FORMAT}"
+                )
             return
         self.runs.mkdir(parents=True, exist_ok=True)
         self.compacted.mkdir(exist_ok=True)

@@ -208,9 +208,7 @@ def _summary(
     notes = list(spec.notes)
     sensitive = None
     if spec.seeds > 1:
-        sensitive = any(
-            lo < hi for r in records if r.get("interval") for lo, hi in r["interval"].values()
-        )
+        sensitive = any(lo < hi for r in records if r.get("interval") for lo, hi in r["interval"].values())
         if not sensitive:
             notes.append(
                 "no metric varied over the seeds: this workload has no stochastic part the seed "
