@@ -131,3 +131,16 @@ def test_aggregate_nested_summaries():
     assert means == {"cache_hit_rate": pytest.approx(0.6), "ttft": {"p90": 2.0}, "client_mode": "open"}
     half = 12.7062047 * statistics.stdev([1.0, 3.0]) / math.sqrt(2)
     assert interval["ttft.p90"] == pytest.approx([2.0 - half, 2.0 + half])
+
+
+def test_progress_plain_line_counts_stored_runs_as_done():
+    import io
+
+    from simulator.planner.progress import SweepProgress
+
+    stream = io.StringIO()
+    with SweepProgress(5, done=2, stream=stream, interval_s=0.0) as bar:
+        bar.advance()
+    lines = stream.getvalue().splitlines()
+    assert lines[0].startswith("kvplan sweep: 3/5 runs, ") and "runs/s" in lines[0] and "left" in lines[0]
+    assert bar.new == 1 and bar._bar is None  # not a terminal: no rich bar

@@ -91,8 +91,10 @@ class ProcessBackend:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
                     yield pending.pop(fut), fut.result()
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
+        except BaseException:  # interrupted, or the consumer stopped: do not wait for the runs
+            pool.shutdown(wait=False, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
 
 class DaskBackend:

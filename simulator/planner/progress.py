@@ -41,8 +41,6 @@ class SweepProgress:
 
     def __enter__(self) -> SweepProgress:
         self._start = self._last = time.monotonic()
-        if self.enabled and self.stream.isatty():
-            self._start_bar()
         return self
 
     def _start_bar(self) -> None:
@@ -60,7 +58,7 @@ class SweepProgress:
             transient=True,
         )
         self._bar.start()
-        self._task = self._bar.add_task("sweep", total=self.total, completed=self.done, status="")
+        self._task = self._bar.add_task("sweep", total=self.total, completed=self.done, status=self.status())
 
     def status(self) -> str:
         """``1.3 runs/s, 46s left`` (rate of this sweep's own runs)."""
@@ -75,6 +73,10 @@ class SweepProgress:
         self.new += 1
         if not self.enabled:
             return
+        if self._bar is None and self.new == 1 and self.stream.isatty():
+            # Started at the first result, not before: rich's refresh thread must not be
+            # running while a process pool forks its workers.
+            self._start_bar()
         if self._bar is not None:
             self._bar.update(self._task, completed=self.done, status=self.status())
         elif time.monotonic() - self._last >= self.interval_s:
