@@ -103,6 +103,10 @@ def test_default_grid_degrades_with_a_note(monkeypatch):
     monkeypatch.setattr(grid_mod, "DEFAULT_GRID", (("--page-size", "16,32"), ("--no-such-ratio", "1,2")))
     axes, notes = default_axes()
     assert [a.flag.name for a in axes] == ["--page-size"] and "--no-such-ratio" in notes[0]
+    # a default value the flag refuses (here: tp cannot be unset) is dropped with a note
+    monkeypatch.setattr(grid_mod, "DEFAULT_GRID", (("--tp", "none,8"),))
+    axes, notes = default_axes()
+    assert axes[0].values == (8,) and "--tp" in notes[0] and "left out" in notes[0]
 
 
 def test_t_quantiles():

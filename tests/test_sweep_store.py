@@ -119,3 +119,14 @@ def test_float_metrics_roundtrip_exactly(tmp_path):
     got = json.loads(store.read()["summary"][0])
     assert got["x"] == value and got["nan"] != got["nan"]
     assert isinstance(store.read(), pd.DataFrame)
+
+
+def test_run_json_carries_provenance():
+    from typer.testing import CliRunner
+
+    from simulator.cli.main import app
+
+    res = CliRunner().invoke(app, ["run", "--trace", str(MOONCAKE), "--limit", "5", "--tp", "8", "--json"])
+    assert res.exit_code == 0, res.output
+    prov = json.loads(res.stdout)["provenance"]
+    assert prov == provenance(load_trace(MOONCAKE).head(5))

@@ -193,14 +193,22 @@ def _check(flag: AxisFlag, value: Any) -> None:
 
 
 def default_axes() -> tuple[list[Axis], list[str]]:
-    """The default grid's axes, and a note for each default axis this kvplan cannot sweep."""
+    """The default grid's axes, and a note for each default axis (or value) this kvplan cannot
+    sweep: a flag it does not have yet is left out, a value its flag refuses is dropped."""
     axes, notes = [], []
     for name, spec in DEFAULT_GRID:
         flag = resolve_flag(name)
         if flag is None:
             notes.append(f"{name} is not a server flag of this kvplan yet; the default grid leaves it out")
             continue
-        axes.append(Axis(flag, parse_values(flag, spec)))
+        values: list[Any] = []
+        for item in spec.split(","):
+            try:
+                values.extend(parse_values(flag, item))
+            except FlagError as exc:
+                notes.append(f"default grid: {exc}; value left out")
+        if values:
+            axes.append(Axis(flag, tuple(values)))
     return axes, notes
 
 
