@@ -153,3 +153,23 @@ def test_refused_point_is_a_result_not_a_crash(trace, tmp_path):
     assert records[1]["error"] is None and records[1]["metrics"]["failed"] == 0
     again, summary2 = _sweep(trace, SerialBackend(), store, spec)
     assert (summary2["ran"], summary2["reused"]) == (0, 2) and _text(again) == _text(records)
+
+
+def test_cli_dask_address_of_a_running_cluster(serial):
+    """--dask ADDRESS: the scheduler of a cluster started elsewhere (here, by the test)."""
+    distributed = pytest.importorskip("distributed")
+    import logging
+
+    with distributed.LocalCluster(
+        n_workers=1, threads_per_worker=1, dashboard_address=None, silence_logs=logging.ERROR
+    ) as cluster:
+        args = [
+            "sweep", "--trace", str(MOONCAKE), "--limit", "30", "--tp", "8", "--page-size", "64",
+            "--grid", "max-total-tokens=120000", "--grid", "swa-full-tokens-ratio=0.05,0.5",
+            "--dask", cluster.scheduler_address, "--json",
+        ]  # fmt: skip
+        res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    assert lines[-1]["summary"]["backend"] == "dask" and lines[-1]["summary"]["workers"] == 1
+    assert _text(lines[:-1]) == _text(serial[0][:2])

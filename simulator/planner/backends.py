@@ -128,6 +128,8 @@ class DaskBackend:
                 silence_logs=logging.ERROR,
             )
         client = Client(cluster if cluster is not None else self.address)
+        if cluster is None:  # an existing cluster: report its size, not -j
+            self.workers = len(client.scheduler_info().get("workers", {})) or self.workers
         try:
             remote_trace = client.scatter(trace, broadcast=True)
             futures = {client.submit(run_task, remote_trace, cfg, pure=False): tid for tid, cfg in tasks}
