@@ -177,8 +177,10 @@ def _stored_outcomes(store: ResultStore | None, where: dict[str, tuple[int, int]
         return {}
     out = {}
     for row in store.read(present).itertuples(index=False):
-        summary = None if row.summary is None else json.loads(row.summary)
-        out[row.key] = {"summary": summary, "error": row.error, "run_s": row.run_s}
+        # a null read back from parquet may be None or NaN, depending on the other files
+        summary = json.loads(row.summary) if isinstance(row.summary, str) else None
+        error = row.error if isinstance(row.error, str) else None
+        out[row.key] = {"summary": summary, "error": error, "run_s": row.run_s}
     return out
 
 
