@@ -94,7 +94,9 @@ def execute(
     if out is not None:
         result.write_outputs(out)
     if as_json:
-        print_json(result.summary)
+        from simulator.provenance import provenance
+
+        print_json({**result.summary, "provenance": provenance(trace, cfg.profile)})
     else:
         typer.echo(format_report(result.summary, per_round=per_round))
     summary = result.summary
