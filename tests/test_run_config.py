@@ -137,3 +137,12 @@ def test_make_swa_eviction_builds_every_registered_policy():
 def test_make_swa_eviction_unknown_name_lists_the_registry():
     with pytest.raises(ConfigError, match="choose one of: interval, iteration, none, window"):
         make_swa_eviction("sometimes", interval=64)
+
+
+def test_hicache_config_is_refused_until_the_engine_serves_it():
+    """A sweep point with --hicache-ratio must not silently run device-only."""
+    from simulator.hicache_args import HiCacheArgs
+
+    cfg = dataclasses.replace(SimConfig(), hicache=HiCacheArgs(hicache_ratio=2.0))
+    with pytest.raises(ConfigError, match="HiCache"):
+        run_config(None, cfg)

@@ -40,7 +40,10 @@ def test_every_server_flag_is_an_axis():
         if flag.field in grid_mod.NOT_AXES:
             assert resolve_flag(flag.name) is None
         else:
-            assert resolve_flag(flag.name).field == flag.field
+            field = flag.field if flag.group is None else f"{flag.group}.{flag.field}"
+            assert resolve_flag(flag.name).field == field
+            for decl in flag.decls:
+                assert resolve_flag(decl.split("/")[0]).field == field
 
 
 @pytest.mark.parametrize(
@@ -107,6 +110,22 @@ def test_default_grid_degrades_with_a_note(monkeypatch):
     monkeypatch.setattr(grid_mod, "DEFAULT_GRID", (("--tp", "none,8"),))
     axes, notes = default_axes()
     assert axes[0].values == (8,) and "--tp" in notes[0] and "left out" in notes[0]
+
+
+def test_grouped_flag_axis_sets_its_group():
+    """A HiCache flag (a HiCacheArgs field) is an axis too; a point sets it inside cfg.hicache."""
+    from simulator.engine.config import SimConfig
+    from simulator.planner.grid import apply_point
+
+    axis = parse_axis("hicache-ratio=none,2:4:2")
+    assert axis.flag.field == "hicache.hicache_ratio" and axis.values == (None, 2.0, 4.0)
+    base = SimConfig(page_size=16)
+    cfgs = [apply_point(base, point) for point in grid_points([axis])]
+    assert [c.hicache.hicache_ratio for c in cfgs] == [None, 2.0, 4.0]
+    assert [c.hicache.enabled for c in cfgs] == [False, True, True]
+    assert all(c.page_size == 16 for c in cfgs)
+    with pytest.raises(FlagError, match="--hicache-ratio"):
+        parse_axis("hicache-ratio=-1")
 
 
 def test_t_quantiles():

@@ -13,11 +13,12 @@ A new server flag (a row in SERVER_FLAGS) becomes a grid axis with no change her
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import types
 import typing
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -69,16 +70,47 @@ def axis_flags() -> dict[str, AxisFlag]:
     """Every name an axis may be given by (``--flag``, ``flag``, ``field``) -> its flag."""
     from simulator.cli.server_flags import SERVER_FLAGS
 
-    flags = [AxisFlag(f.field, f.name, f.check, f.choices) for f in SERVER_FLAGS if f.field not in NOT_AXES]
+    flags = [
+        AxisFlag(_axis_field(f.field, f.group), f.name, f.check, f.choices)
+        for f in SERVER_FLAGS
+        if f.field not in NOT_AXES
+    ]
     out: dict[str, AxisFlag] = {}
     for flag in [*flags, *WORKLOAD_AXES]:
         out[flag.field] = flag
         out[flag.name.lstrip("-")] = flag
     for f in SERVER_FLAGS:
-        if f.field in out:
+        key = _axis_field(f.field, f.group)
+        if key in out:
+            out.setdefault(f.field, out[key])
             for decl in f.decls:
-                out[decl.split("/")[0].lstrip("-")] = out[f.field]
+                out[decl.split("/")[0].lstrip("-")] = out[key]
     return out
+
+
+def _axis_field(field: str, group: str | None) -> str:
+    """A grouped flag (e.g. HiCache's, a HiCacheArgs field) is addressed as ``group.field``."""
+    return field if group is None else f"{group}.{field}"
+
+
+def apply_point(base: SimConfig, values: dict[str, Any]) -> SimConfig:
+    """``base`` with one grid point's values set; ``group.field`` keys set the group's dataclass."""
+    plain = {k: v for k, v in values.items() if "." not in k}
+    grouped: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        if "." in key:
+            group, field = key.split(".", 1)
+            grouped.setdefault(group, {})[field] = value
+    for group, sets in grouped.items():
+        plain[group] = dataclasses.replace(getattr(base, group), **sets)
+    return dataclasses.replace(base, **plain)
+
+
+def field_default(field: str) -> Any:
+    """The default of a SimConfig field or of a grouped ``group.field``."""
+    group, _, name = field.rpartition(".")
+    owner = getattr(SimConfig(), group) if group else SimConfig()
+    return getattr(owner, name)
 
 
 def resolve_flag(name: str) -> AxisFlag | None:
@@ -89,8 +121,10 @@ def resolve_flag(name: str) -> AxisFlag | None:
 
 
 def field_type(field: str) -> tuple[type, bool]:
-    """(base type, may be None) of a SimConfig field."""
-    hint = typing.get_type_hints(SimConfig)[field]
+    """(base type, may be None) of a SimConfig field (or of a grouped ``group.field``)."""
+    group, _, name = field.rpartition(".")
+    owner = typing.get_type_hints(SimConfig)[group] if group else SimConfig
+    hint = typing.get_type_hints(owner)[name]
     args = typing.get_args(hint)
     if typing.get_origin(hint) in (typing.Union, types.UnionType) and type(None) in args:
         return next(a for a in args if a is not type(None)), True
@@ -214,15 +248,26 @@ def default_axes() -> tuple[list[Axis], list[str]]:
 
 def check_axes(axes: Sequence[Axis], fixed: dict[str, Any]) -> None:
     """No flag twice, and no axis over a flag also given a fixed (non-default) value."""
-    defaults = {f.name: f.default for f in fields(SimConfig)}
     seen: set[str] = set()
     for axis in axes:
         field = axis.flag.field
         if field in seen:
             raise FlagError(f"--grid {axis.flag.name}: given as two axes")
         seen.add(field)
-        if field in fixed and fixed[field] != defaults[field]:
-            raise FlagError(f"--grid {axis.flag.name}: also given a fixed value ({fixed[field]!r}); give one")
+        given = _fixed_value(fixed, field)
+        if given is not _UNSET and given != field_default(field):
+            raise FlagError(f"--grid {axis.flag.name}: also given a fixed value ({given!r}); give one")
+
+
+_UNSET = object()
+
+
+def _fixed_value(fixed: dict[str, Any], field: str) -> Any:
+    """The fixed value of ``field`` (a grouped one is read from its group's dataclass)."""
+    group, _, name = field.rpartition(".")
+    if not group:
+        return fixed.get(field, _UNSET)
+    return getattr(fixed[group], name) if group in fixed else _UNSET
 
 
 def grid_points(axes: Sequence[Axis]) -> Iterator[dict[str, Any]]:

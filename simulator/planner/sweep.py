@@ -23,7 +23,7 @@ from typing import Any
 from simulator.engine.config import SimConfig
 from simulator.errors import FlagError
 from simulator.planner.backends import Backend, Outcome, Task
-from simulator.planner.grid import Axis, grid_points
+from simulator.planner.grid import Axis, apply_point, grid_points
 from simulator.planner.keys import RunIdentity, config_dict, point_key, run_key
 from simulator.planner.progress import SweepProgress
 from simulator.planner.stats import aggregate
@@ -58,7 +58,7 @@ def plan_points(spec: SweepSpec, identity: RunIdentity) -> list[PointPlan]:
         raise FlagError(f"--seeds must be >= 1, got {spec.seeds}")
     plans = []
     for index, values in enumerate(grid_points(spec.axes)):
-        point = dataclasses.replace(spec.base, **values)
+        point = apply_point(spec.base, values)
         configs = tuple(dataclasses.replace(point, seed=point.seed + s) for s in range(spec.seeds))
         keys = tuple(run_key(c, identity) for c in configs)
         plans.append(PointPlan(index, values, configs, keys, point_key(point, identity)))
