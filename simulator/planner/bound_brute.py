@@ -47,6 +47,8 @@ def brute_force_hits(wl: Workload, pools: PoolModel) -> int:
         after = full | pmask
         if swa:
             after |= (win | pmask) << n
+        if not ok.any():  # the SWA pool cannot take the prefill whatever is evicted: aborted
+            continue
         best = np.full(1 << nb, -1, dtype=np.int64)
         np.maximum.at(best, after[ok], reach[ok] + hit[ok])
     return int(best.max())

@@ -98,12 +98,38 @@ def page_workload(workload: Sequence[WorkloadRequest], page_size: int) -> Worklo
 
 
 def served_mask(wl: Workload, pools: PoolModel) -> np.ndarray:
-    """Requests some policy can serve: the prefill fits the pool once everything evictable is
-    gone (the locked prefix it hits is part of what it needs), so every policy aborts the rest."""
-    ok = wl.prefill <= pools.full_pages
-    if pools.swa_pages is not None:
-        ok &= wl.prefill <= pools.swa_pages
-    return ok
+    """Requests some policy can serve; every policy aborts the others.
+
+    The prefill must fit the full pool once everything evictable is gone (the locked prefix it
+    hits is part of what it needs). With SWA, its uncached part ``prefill - h`` must also fit
+    beside the SWA window its hit ``h`` locks, for some ``h`` up to the longest prefix earlier
+    served requests inserted; an aborted request inserts nothing, so this is iterated to a
+    fixed point (the served set only shrinks).
+    """
+    served = wl.prefill <= pools.full_pages
+    if pools.swa_pages is None:
+        return served
+    m = pools.window_pages
+    while True:
+        reach = prior_depth(wl, served)
+        ok = served & (np.minimum(m, reach) + wl.prefill - reach <= pools.swa_pages)
+        if (ok == served).all():
+            return served
+        served = ok
+
+
+def prior_depth(wl: Workload, served: np.ndarray) -> np.ndarray:
+    """Per request, the pages of its match range that earlier served requests inserted (its hit
+    with unbounded pools)."""
+    trie = wl.trie
+    lengths = np.diff(trie.offsets)
+    time = np.repeat(np.arange(wl.n, dtype=np.int64), lengths)
+    depth = np.arange(len(time), dtype=np.int64) - trie.offsets[time]
+    first = np.full(trie.n_nodes, wl.n, dtype=np.int64)
+    keep = served[time]
+    np.minimum.at(first, trie.nodes[keep], time[keep])
+    hit = (depth < wl.match[time]) & (first[trie.nodes] < time)
+    return np.bincount(time[hit], minlength=wl.n).astype(np.int64)
 
 
 @dataclass(frozen=True)
