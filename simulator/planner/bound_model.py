@@ -64,6 +64,7 @@ class Workload:
 
     trie: PrefixTrie
     prompt_len: np.ndarray
+    output_len: np.ndarray
     match: np.ndarray
     insert: np.ndarray
     peak: np.ndarray
@@ -89,6 +90,7 @@ def page_workload(workload: Sequence[WorkloadRequest], page_size: int) -> Worklo
     return Workload(
         trie=build_trie(paths),
         prompt_len=prompt,
+        output_len=output,
         match=np.minimum((prompt - 1) // p, insert),
         insert=insert,
         peak=-(-total // p),
