@@ -51,6 +51,7 @@ app.command("cache-replay")(cache_replay_cmd.cache_replay)
 app.command("demo")(demo_cmd.demo)
 app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
+app.command("bound")(__import__("simulator.cli.bound_cmd", fromlist=["bound"]).bound)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

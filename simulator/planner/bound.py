@@ -84,45 +84,61 @@ def belady_hits(wl: Workload, ev: Touches, served: np.ndarray, full_pages: int) 
     """Hit pages per request under Belady on independent pages, and whether every resident set
     it chose was prefix-closed.
 
-    The kept pages are held sorted by ``(next hit, depth)``: the hits of request ``t`` are the
-    keys equal to ``t`` at the front; then the ``full_pages - peak[t]`` smallest of the rest stay
-    (shallower first on ties, so a parent never goes before a child hit at the same time); then
-    the path of ``t`` joins, each page keyed by its next touch if that touch can hit (a page next
-    touched outside a match range would be inserted again there anyway, so keeping it gains
-    nothing).
+    The kept pages (as touch events) are held sorted by ``(next hit, depth)``: the hits of
+    request ``t`` are the keys equal to ``t`` at the front; then the ``full_pages - peak[t]``
+    smallest of the rest stay (shallower first on ties, so a parent never goes before a child
+    hit at the same time); then the path of ``t`` joins, each page keyed by its next touch if
+    that touch can hit (a page next touched outside a match range would be inserted again
+    there anyway, so keeping it gains nothing).
     """
     span = int(wl.trie.depth.max()) + 1 if wl.trie.n_nodes else 1
-    useful = ev.next_is_match
+    useful = np.flatnonzero(ev.next_is_match)
     new_key = ev.next_time * span + ev.depth
     key = np.empty(0, dtype=np.int64)
-    node = np.empty(0, dtype=np.int64)
+    eid = np.empty(0, dtype=np.int64)
     hits = np.zeros(wl.n, dtype=np.int64)
-    mark = np.zeros(wl.trie.n_nodes + 1, dtype=bool)  # +1: parent -1 (the root) reads the last slot
-    mark[-1] = True
-    parent = wl.trie.parent
-    closed = True
-    for t in range(wl.n):
-        if not served[t]:
-            continue
+    dropped_at = np.full(len(ev.node), wl.n, dtype=np.int64)
+    for t in np.flatnonzero(served):
         h = int(np.searchsorted(key, (t + 1) * span, side="left"))
         hits[t] = h
         budget = max(0, full_pages - int(wl.peak[t]))
-        resident = node[: h + budget]
-        if closed and len(resident):
-            mark[resident] = True
-            closed = bool(mark[parent[resident]].all())
-            mark[resident] = False
-        key, node = key[h : h + budget], node[h : h + budget]
-        lo, hi = ev.start[t], ev.start[t + 1]
-        sel = useful[lo:hi]
-        if sel.any():
-            nk, nn = new_key[lo:hi][sel], ev.node[lo:hi][sel]
-            order = np.argsort(nk, kind="stable")
-            nk, nn = nk[order], nn[order]
+        dropped_at[eid[h + budget :]] = t
+        key, eid = key[h : h + budget], eid[h : h + budget]
+        lo, hi = np.searchsorted(useful, (ev.start[t], ev.start[t + 1]))
+        if hi > lo:
+            new = useful[lo:hi]
+            order = np.argsort(new_key[new], kind="stable")
+            nk, new = new_key[new][order], new[order]
             at = np.searchsorted(key, nk)
             key = np.insert(key, at, nk)
-            node = np.insert(node, at, nn)
-    return hits, closed
+            eid = np.insert(eid, at, new)
+    return hits, _prefix_closed(wl, ev, dropped_at)
+
+
+def _prefix_closed(wl: Workload, ev: Touches, dropped_at: np.ndarray) -> bool:
+    """Whether a page was ever resident while its parent was not.
+
+    A kept page's parent is touched whenever it is, with a next hit no later than its own, so
+    the parent is kept at least as long unless one of its touches is useless (next touched
+    outside a match range, so never kept). A violation is thus a kept child interval
+    ``(touch, last resident request]`` that contains a useless touch of the parent.
+    """
+    useless = ~ev.next_is_match & (ev.next_time < wl.n)
+    suspect = np.zeros(wl.trie.n_nodes, dtype=bool)
+    suspect[ev.node[useless]] = True  # only these can be a missing parent
+    child = np.flatnonzero(ev.next_is_match & (ev.depth > 0))
+    child = child[suspect[wl.trie.parent[ev.node[child]]]]
+    end = np.minimum(ev.next_time[child], dropped_at[child] - 1)
+    child, end = child[end > ev.time[child]], end[end > ev.time[child]]
+    if not len(child):
+        return True
+    parent_node = wl.trie.parent[ev.node[child]]
+    order = ev.by_node
+    stamp = ev.node[order] * (wl.n + 1) + ev.time[order]
+    bad = np.concatenate([[0], np.cumsum(useless[order])])
+    lo = np.searchsorted(stamp, parent_node * (wl.n + 1) + ev.time[child], side="left")
+    hi = np.searchsorted(stamp, parent_node * (wl.n + 1) + end, side="left")
+    return bool((bad[hi] - bad[lo] == 0).all())
 
 
 def infinite_hits(wl: Workload, ev: Touches) -> np.ndarray:

@@ -147,6 +147,7 @@ class Touches:
     next_is_match: np.ndarray
     prev_time: np.ndarray
     start: np.ndarray  # CSR offsets per request into these arrays
+    by_node: np.ndarray  # the events sorted by (node, time)
 
 
 def touches(wl: Workload, served: np.ndarray) -> Touches:
@@ -159,7 +160,7 @@ def touches(wl: Workload, served: np.ndarray) -> Touches:
     depth = np.arange(len(time), dtype=np.int64) - start[time]
     node = trie.nodes[trie.offsets[time] + depth]
     is_match = depth < wl.match[time]
-    order = np.lexsort((time, node))
+    order = np.argsort(node * (wl.n + 1) + time)  # by (node, time); all keys distinct
     same = node[order][1:] == node[order][:-1]
     next_time = np.full(len(time), wl.n, dtype=np.int64)
     next_is_match = np.zeros(len(time), dtype=bool)
@@ -168,4 +169,4 @@ def touches(wl: Workload, served: np.ndarray) -> Touches:
     next_time[cur] = time[nxt]
     next_is_match[cur] = is_match[nxt]
     prev_time[nxt] = time[cur]
-    return Touches(node, time, depth, is_match, next_time, next_is_match, prev_time, start)
+    return Touches(node, time, depth, is_match, next_time, next_is_match, prev_time, start, order)

@@ -19,6 +19,7 @@ import numpy as np
 
 from simulator.cache_replay import WorkloadRequest
 from simulator.planner.bound_model import PoolModel, Touches, Workload, page_workload, served_mask, touches
+from simulator.planner.swa_validity import SWAValidity
 
 
 @dataclass(frozen=True)
@@ -83,32 +84,48 @@ def stack_positions(wl: Workload, ev: Touches) -> np.ndarray:
 
 
 def lru_curve(
-    workload: Sequence[WorkloadRequest], pools: PoolModel, capacities_tokens: Sequence[int]
+    workload: Sequence[WorkloadRequest],
+    capacities_tokens: Sequence[int],
+    page_size: int,
+    window: int | None = None,
+    tombstone: str = "unified",
+    swa_eviction: str = "interval",
 ) -> HitRatioCurve:
-    """LRU's hit rate at each full-pool capacity (tokens), the SWA pool assumed never short."""
-    wl = page_workload(workload, pools.page_size)
-    return curve_for(wl, pools, np.asarray(capacities_tokens, dtype=np.int64))
+    """LRU's hit rate at each full-pool capacity (tokens); the SWA pool assumed never short.
+
+    ``window`` (tokens) with ``tombstone="unified"`` tracks which pages keep SWA KV
+    (:mod:`simulator.planner.swa_validity`); the legacy tree's matches are not limited by it
+    at batch 1 (checked against cache-replay), so there the curve is pure full-pool LRU.
+    """
+    wl = page_workload(workload, page_size)
+    caps = np.asarray(capacities_tokens, dtype=np.int64)
+    track = window is not None and tombstone == "unified"
+    return curve_for(wl, caps, -(-window // page_size) if track else None, swa_eviction == "none")
 
 
 def curve_for(
-    wl: Workload, pools: PoolModel, capacities_tokens: np.ndarray, hit_cap: np.ndarray | None = None
+    wl: Workload, capacities_tokens: np.ndarray, window_pages: int | None = None, keep_outputs: bool = False
 ) -> HitRatioCurve:
-    """:func:`lru_curve` on a workload in pages; ``hit_cap`` (pages per request) caps each hit,
-    e.g. at what the SWA windows allow with unbounded pools (:func:`swa_hit_caps`)."""
+    """:func:`lru_curve` on a workload in pages (``window_pages`` None: no SWA tracking)."""
     p = wl.page_size
-    cap_hits = wl.match if hit_cap is None else np.minimum(wl.match, hit_cap)
-    served = served_mask(wl, PoolModel(p, int(capacities_tokens.min()), pools.swa_tokens, pools.window))
+    served = served_mask(wl, PoolModel(p, int(capacities_tokens.min())))
     ev = touches(wl, served)
     pos = stack_positions(wl, ev)
     cap = capacities_tokens // p
     need = _eviction_need(wl)
+    swa = None if window_pages is None else SWAValidity(wl, window_pages, len(cap), keep_outputs)
     r = np.zeros(len(cap), dtype=np.int64)
     hits = np.zeros(len(cap), dtype=np.int64)
     for t in np.flatnonzero(served):
         lo, hi = ev.start[t], ev.start[t + 1]
-        path_pos = pos[lo:hi]
-        resident = np.searchsorted(path_pos, r, side="right")
-        hits += np.minimum(resident, cap_hits[t])
+        resident = np.searchsorted(pos[lo:hi], r, side="right")
+        if swa is None:
+            h = np.minimum(resident, wl.match[t])
+        else:
+            path = ev.node[lo:hi]
+            h = swa.hits(t, path, resident)
+            swa.insert(t, path, resident, h)
+        hits += h
         other = np.minimum(r - resident, np.maximum(0, cap - need[t]))
         r = (hi - lo) + other
     prompt = int(wl.prompt_len[served].sum())
