@@ -42,8 +42,8 @@ class BoundResult:
     request_hits: np.ndarray  # hit tokens per request (0 for aborted ones)
 
     def to_dict(self) -> dict:
-        out = {k: v for k, v in vars(self).items() if k != "request_hits"}
-        return out
+        """The scalars, for JSON."""
+        return {k: v for k, v in vars(self).items() if k != "request_hits"}
 
 
 def optimal_bound(workload: Sequence[WorkloadRequest], pools: PoolModel) -> BoundResult:
