@@ -25,7 +25,8 @@ def bound(
     *,
     server: dict[str, Any],
 ) -> None:
-    """Best hit rate any eviction policy could reach on TRACE (batch 1, file order, device pools)."""
+    """An upper bound, often the exact optimum, on the prefix-cache hit rate any eviction policy
+    reaches on --trace (batch 1, file order, device pools)."""
     from simulator.planner.report import bound_report
 
     out = bound_report(trace, server, limit=limit, curve_points=curve_points if lru_curve else 0)
