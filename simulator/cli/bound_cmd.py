@@ -27,7 +27,7 @@ def bound(
 ) -> None:
     """An upper bound, often the exact optimum, on the prefix-cache hit rate any eviction policy
     reaches on --trace (batch 1, file order, device pools)."""
-    from simulator.planner.report import bound_report
+    from simulator.planner.bound_report import bound_report
 
     out = bound_report(trace, server, limit=limit, curve_points=curve_points if lru_curve else 0)
     if as_json:
