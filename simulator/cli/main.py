@@ -9,6 +9,7 @@ import typer.core
 
 from simulator.cli import (
     bench_multiturn_cmd,
+    bound_cmd,
     cache_replay_cmd,
     demo_cmd,
     ops_cmd,
@@ -53,6 +54,7 @@ app.command("demo")(demo_cmd.demo)
 app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
 app.command("sweep")(sweep_cmd.sweep)
+app.command("bound")(bound_cmd.bound)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
