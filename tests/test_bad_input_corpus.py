@@ -52,7 +52,7 @@ class _Runner(CliRunner):
 
 
 runner = _Runner()
-COUNTS = {"inputs": 0, "flags": 0, "runs": 0, "subprocesses": 0, "commands": set()}
+COUNTS = {"inputs": 0, "flags": 0, "runs": 0, "subprocesses": 0, "commands": set(), "ids": set()}
 
 
 class CaseTimeout(BaseException):
@@ -165,6 +165,7 @@ def run_input_case(case: dict, command: str, tmp: Path) -> None:
 @pytest.mark.parametrize("case", INPUTS, ids=[c["id"] for c in INPUTS])
 def test_input_case(case, tmp_path):
     COUNTS["inputs"] += 1
+    COUNTS["ids"].add(case["id"])
     for command in case["commands"]:
         run_input_case(case, command, tmp_path)
 
@@ -186,17 +187,44 @@ def _setup(steps: list[list[str]], subst) -> None:
             shutil.copyfile(paths[0], paths[1])
 
 
+class WorkStarted(BaseException):
+    """A flag case got as far as serving requests before its bad value was refused."""
+
+
+@pytest.fixture
+def no_work_before_checks(monkeypatch):
+    """Refusals of flag values must come before any work (issue 9: all flags validated up front)."""
+
+    def refuse(*args, **kwargs):
+        raise WorkStarted("the simulation started before the flag values were checked")
+
+    import simulator.cli.cache_replay_cmd
+    import simulator.run
+
+    monkeypatch.setattr(simulator.run, "_serve", refuse)
+    monkeypatch.setattr(simulator.cli.cache_replay_cmd, "replay", refuse)
+
+
 @pytest.mark.parametrize("case", FLAGS["cases"], ids=[c["id"] for c in FLAGS["cases"]])
-def test_flag_case(case, tmp_path):
+def test_flag_case(case, tmp_path, request):
     COUNTS["flags"] += 1
+    if case["exit"] in (1, 2) and not case.get("late"):
+        request.getfixturevalue("no_work_before_checks")
 
     def subst(text: str) -> str:
-        return text.replace("{trace}", str(FLAG_TRACE)).replace("{tmp}", str(tmp_path))
+        return (
+            text.replace("{trace}", str(FLAG_TRACE))
+            .replace("{cases}", str(CASES))
+            .replace("{tmp}", str(tmp_path))
+        )
 
     _setup(case.get("setup", []), subst)
     before = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file() and not p.is_symlink()}
     res, shown = invoke([subst(a) for a in case["argv"]])
-    check_error(res, shown, subst(case["error"]), case["exit"])
+    if case["exit"] == 0:  # a valid value: the command finishes and reports what happened
+        assert res.exit_code == 0 and case["error"] in res.stdout, shown
+    else:
+        check_error(res, shown, subst(case["error"]), case["exit"])
     for path, data in before.items():  # a refused output never replaces what was there
         assert path.read_bytes() == data, f"{shown}\n{path} was changed"
 
@@ -252,17 +280,21 @@ def test_closed_stdout_is_not_a_traceback():
     assert b"Traceback" not in err and b"Exception ignored" not in err, err
 
 
-def test_interrupt_is_not_a_traceback():
+def test_interrupt_is_not_a_traceback(tmp_path):
+    """Ctrl-C while kvplan waits on a FIFO: it stops with a non-zero status, no traceback. Opening
+    the FIFO for writing returns once kvplan has opened it, so the signal lands in the reader."""
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
     proc = subprocess.Popen(
-        [*KVPLAN, "bench-multiturn", "--num-clients", "512", "--num-rounds", "20"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
+        [*KVPLAN, "run", "--trace", str(fifo)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT
     )
     COUNTS["subprocesses"] += 1
-    time.sleep(4)
-    proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    with open(fifo, "wb") as writer:
+        writer.write((CASES / "mooncake-crlf.jsonl").read_bytes()[:40])
+        writer.flush()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0, out
     assert b"Traceback" not in err, err
 
@@ -288,13 +320,16 @@ def test_generator_reproduces_the_corpus(tmp_path):
             assert ta.equals(tb) and ta.schema.metadata == tb.schema.metadata, rel
         else:
             assert a == b, rel
-    assert counts["inputs"] >= 215 and counts["flags"] >= 300, counts
+    malformed = sum("error" in c["expect"] for c in INPUTS)
+    assert malformed >= 215 and counts["flags"] >= 300, (malformed, counts)
 
 
 def test_corpus_summary(request):
     """Runs last in this module: the counts, printed (pytest -s) and in the terminal summary."""
+    malformed = sum("error" in c["expect"] for c in INPUTS if any(c["id"] == i for i in COUNTS["ids"]))
     line = (
-        f"bad-input corpus: {COUNTS['inputs']} input cases through {len(COUNTS['commands'])} commands "
+        f"bad-input corpus: {COUNTS['inputs']} input cases ({malformed} malformed) through "
+        f"{len(COUNTS['commands'])} commands "
         f"({', '.join(sorted(COUNTS['commands']))}), {COUNTS['flags']} flag cases, "
         f"{COUNTS['runs']} in-process runs, {COUNTS['subprocesses']} subprocesses; "
         "0 tracebacks, 0 hangs"
@@ -302,4 +337,4 @@ def test_corpus_summary(request):
     print(line)
     request.config._kvplan_corpus_summary = line
     if COUNTS["inputs"] == len(INPUTS) and COUNTS["flags"] == len(FLAGS["cases"]):
-        assert COUNTS["inputs"] >= 215 and COUNTS["flags"] >= 300
+        assert malformed >= 215 and COUNTS["flags"] >= 300

@@ -1,10 +1,11 @@
 """Bad flag values for every command: each case is an argv and the substring its one-line error
 must contain (the flag's name, or the refused thing), and the exit status (2: click's usage error
 for a value of the wrong type or an unknown option; 1: kvplan's own refusal; 3: a run whose requests
-were rejected or aborted).
+were rejected or aborted; 0: a valid value, and ``error`` is then a substring of the report).
 
 Placeholders, filled in by the corpus test: ``{trace}`` a small valid trace of the corpus,
-``{tmp}`` a fresh temporary directory. ``setup`` lists what the case needs there first.
+``{cases}`` the corpus directory, ``{tmp}`` a fresh temporary directory. ``setup`` lists what
+the case needs there first.
 """
 
 from __future__ import annotations
@@ -258,6 +259,12 @@ def path_flag_cases() -> list[dict]:
     return cases
 
 
+def _late(argv: list[str], error: str) -> dict[str, Any]:
+    """A refusal that comes from the pool sizing at the start of the run (after the trace is read,
+    before any request is served), not from the flag checks: exit 1, one line."""
+    return {**_case(argv, error, 1), "late": True}
+
+
 def runtime_flag_cases() -> list[dict]:
     """Values that are valid flags but make requests fail: the run must say so and exit 3."""
     return [
@@ -266,10 +273,8 @@ def runtime_flag_cases() -> list[dict]:
             "1 rejected: prompt exceeds the maximum allowed input length",
             3,
         ),
-        _case(
-            [*_base("run"), "--max-total-tokens", "64"],
-            "SWA pool (51 tokens) cannot hold even one request",
-            1,
+        _late(
+            [*_base("run"), "--max-total-tokens", "64"], "SWA pool (51 tokens) cannot hold even one request"
         ),
         _case([*_base("demo"), "--max-total-tokens", "300"], "1 rejected", 3),
         _case([*_base("bench-multiturn"), "--request-length", "200000"], "rejected", 3),
@@ -280,11 +285,52 @@ def runtime_flag_cases() -> list[dict]:
             1,
         ),
         _case([*_base("run"), "--context-length", "10"], "--context-length", 2),
+        _late(
+            [*_base("run"), "--page-size", "4096", "--max-total-tokens", "3000"],
+            "cannot hold even one request",
+        ),
+        _late([*_base("demo"), "--gpu", "L40S", "--tp", "1"], "Use --tp 2 or more"),
+        _case([*_base("run"), "--block-size", str(10**12)], "--block-size must be in", 1),
     ]
 
 
+def accepted_flag_cases() -> list[dict]:
+    """Unusual but valid values: the run finishes (exit 0) and its report says what happened."""
+    ok = [
+        ([*_base("run"), "--request-rate", "inf"], "(open loop, one request)"),
+        (
+            ["run", "--trace", "{cases}/mooncake-crlf.jsonl", "--request-rate", "inf"],
+            "(open loop, all sent at the same time)",
+        ),
+        (
+            ["run", "--trace", "{cases}/mooncake-crlf.jsonl", "--time-scale", "0"],
+            "(open loop, all sent at the same time)",
+        ),
+        (
+            ["run", "--trace", "{cases}/mooncake-crlf.jsonl", "--request-rate", "1e9"],
+            "at 1000000000.0 requests per second",
+        ),
+        (
+            [*_base("bench-multiturn"), "--request-rate", "inf"],
+            "Total requests: 4 at inf requests per second",
+        ),
+        ([*_base("bench-multiturn"), "--disable-auto-run"], "Total requests: 4 at 1.0 requests per second"),
+        ([*_base("bench-multiturn"), "--min-rounds", "0", "--max-rounds", "0"], "Total requests: 4"),
+        ([*_base("pools"), "--tp", "64", "--json"], '"tp_size": 64'),
+        ([*_base("cache-replay"), "--limit", "1000"], "requests"),
+        ([*_base("trace head"), "-n", "0"], "Empty DataFrame"),
+    ]
+    return [_case(argv, out, 0) for argv, out in ok]
+
+
 def flag_cases() -> list[dict]:
-    cases = server_flag_cases() + command_flag_cases() + path_flag_cases() + runtime_flag_cases()
+    cases = (
+        server_flag_cases()
+        + command_flag_cases()
+        + path_flag_cases()
+        + runtime_flag_cases()
+        + accepted_flag_cases()
+    )
     seen: dict[str, int] = {}
     for case in cases:
         key = " ".join(case["argv"])
