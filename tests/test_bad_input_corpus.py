@@ -299,6 +299,21 @@ def test_interrupt_is_not_a_traceback(tmp_path):
     assert b"Traceback" not in err, err
 
 
+@pytest.mark.parametrize("command", [["run", "--trace"], ["cache-replay"], ["demo", "--trace"]])
+def test_out_of_memory_is_one_line(command):
+    """A 2**30-token prompt (the documented maximum) at page size 1 needs 8 GiB of page ids: under
+    a 3 GiB address-space limit, one ``kvplan: error: out of memory`` line, never a traceback."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.getrlimit(resource.RLIMIT_AS)[1]))
+
+    proc = _subprocess([*KVPLAN, *command, str(CASES / "azure-max-length.csv")], preexec_fn=limit)
+    err = proc.stderr.decode()
+    assert proc.returncode == 1 and "Traceback" not in err, err
+    assert err.strip().splitlines()[-1].startswith("kvplan: error: out of memory"), err
+
+
 def test_generator_reproduces_the_corpus(tmp_path):
     """Re-running the generator writes the committed corpus byte for byte (parquet: same table and
     metadata, so that another pyarrow release writing other bytes is no failure)."""

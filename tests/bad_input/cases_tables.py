@@ -182,6 +182,19 @@ def azure_cases() -> list[Case]:
             },
         )
     )
+    # The documented maximum, 2**30 tokens: read by the trace commands; `run` and `cache-replay`
+    # (page ids at page size 1: 8 GiB) run in a subprocess under a memory limit (the corpus test).
+    name = "azure-max-length.csv"
+    cases.append(
+        Case(
+            name,
+            {name: lines(AZ_HEADER, f"{row2['ts']},{2**30},44")},
+            name,
+            result(1, 2**30, 44),
+            "a prompt of 2**30 tokens, the documented maximum",
+            commands=["trace stats", "trace head", "trace convert"],
+        )
+    )
     name = "azure-quoted-newline.csv"
     quoted = lines(AZ_HEADER, AZ1, '"2023-11-16\n18:15:50",396,109', AZ3)
     cases.append(
