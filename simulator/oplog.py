@@ -171,6 +171,8 @@ def _load_arrays(path: Path) -> tuple[dict, dict]:
         header = json.loads(str(arrays.pop("header")))
     except json.JSONDecodeError as exc:
         raise _fail(path, "header", f"not JSON ({exc})") from None
+    if not isinstance(header, dict):
+        raise _fail(path, "header", f"must be a JSON object, got {type(header).__name__}")
     return header, arrays
 
 

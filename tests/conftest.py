@@ -17,3 +17,10 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"full public traces not found at {SHARED_TRACES}")
     return SHARED_TRACES
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """The bad-input corpus's counts (tests/test_bad_input_corpus.py), shown without ``-s``."""
+    line = getattr(config, "_kvplan_corpus_summary", None)
+    if line:
+        terminalreporter.write_line(line)

@@ -17,10 +17,11 @@ def check_output_path(out: str | Path, inputs: Iterable[str | Path] = ()) -> Non
     out = Path(out)
     try:
         st = os.lstat(out)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):  # the latter: a parent is a regular file
         parent = out.parent if str(out.parent) else Path(".")
         if not parent.is_dir():
-            raise TraceOutputError(str(out), f"directory {parent} does not exist") from None
+            what = "is not a directory" if parent.exists() else "does not exist"
+            raise TraceOutputError(str(out), f"directory {parent} {what}") from None
         return
     if stat.S_ISLNK(st.st_mode):
         raise TraceOutputError(str(out), "is a symbolic link; kvplan does not write through links")

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from traces.closed_loop import closed_loop_from_dict, closed_loop_to_dict
+from traces.closed_loop import ClosedLoop, closed_loop_from_dict, closed_loop_to_dict
 from traces.errors import TraceFormatError
 from traces.jsonl import opened
 from traces.output import check_output_path, umask_mode
@@ -101,10 +101,12 @@ def read_parquet(path: TraceInput | str | Path, limit: int | None = None) -> Tra
     readers' consistency checks."""
     src, table = _read_table(path, limit)
     meta = table.schema.metadata or {}
-    kind = meta.get(b"kvplan.content", b"").decode()
+    kind = meta.get(b"kvplan.content", b"").decode(errors="replace")
     if kind not in _LISTS:
         raise TraceFormatError(src, None, None, "not a kvplan trace (no kvplan.content metadata)")
-    check_format_version(src, meta.get(b"kvplan.format_version", b"").decode(), FORMAT_VERSION)
+    check_format_version(
+        src, meta.get(b"kvplan.format_version", b"").decode(errors="replace"), FORMAT_VERSION
+    )
     missing = [c for c in (*REQUEST_COLUMNS, *_LISTS[kind]) if c not in table.column_names]
     if missing:
         raise TraceFormatError(src, None, missing[0], "missing column")
@@ -126,5 +128,19 @@ def read_parquet(path: TraceInput | str | Path, limit: int | None = None) -> Tra
         requests[col] = requests[col].astype(dtype)
     for col in ("rid", "session_id"):
         requests[col] = requests[col].astype("string")
-    closed = closed_loop_from_dict(json.loads(meta.get(b"kvplan.closed_loop", b"null").decode()))
-    return Trace(requests, content, source=meta.get(b"kvplan.source", b"").decode(), closed_loop=closed)
+    source = meta.get(b"kvplan.source", b"").decode(errors="replace")
+    return Trace(requests, content, source=source, closed_loop=_closed_loop(src, meta))
+
+
+def _closed_loop(src: str, meta: dict) -> ClosedLoop | None:
+    """The ``kvplan.closed_loop`` metadata; a hand-edited or foreign value is a located error."""
+    raw = meta.get(b"kvplan.closed_loop", b"null")
+    try:
+        data = json.loads(raw.decode())
+        if data is not None and not isinstance(data, dict):
+            raise TypeError(f"a JSON {type(data).__name__}, not an object")
+        return closed_loop_from_dict(data)
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise TraceFormatError(
+            src, None, "kvplan.closed_loop", f"not a closed-loop spec this kvplan writes ({exc!r:.80})"
+        ) from None

@@ -28,6 +28,8 @@ _REFUSED_MAGIC: tuple[tuple[bytes, str], ...] = (
     (b"\x28\xb5\x2f\xfd", "zstd-compressed; decompress it first (kvplan reads plain text or gzip)"),
     (b"\xfd7zXZ\x00", "xz-compressed; decompress it first (kvplan reads plain text or gzip)"),
     (b"PK\x03\x04", "a zip archive; extract the trace first"),
+    (b"\xff\xfe\x00\x00", "UTF-32 text; convert it to UTF-8"),  # before UTF-16: same first 2 bytes
+    (b"\x00\x00\xfe\xff", "UTF-32 text; convert it to UTF-8"),
     (b"\xff\xfe", "UTF-16 text; convert it to UTF-8"),
     (b"\xfe\xff", "UTF-16 text; convert it to UTF-8"),
 )

@@ -55,6 +55,13 @@ def user_errors_exit(fn: F) -> F:
         except USER_ERRORS as exc:
             typer.echo(f"kvplan: error: {exc}", err=True)
             raise typer.Exit(code=1) from None
+        except MemoryError as exc:  # e.g. page ids of a 2**30-token sequence at page size 1 (8 GiB)
+            typer.echo(
+                f"kvplan: error: out of memory ({exc or 'MemoryError'}); the input needs more memory "
+                "than this machine allows: use a larger --page-size, fewer or shorter requests",
+                err=True,
+            )
+            raise typer.Exit(code=1) from None
 
     return wrapper  # type: ignore[return-value]
 

@@ -63,6 +63,8 @@ def _offered(s: dict[str, Any], total: int) -> str:
     rate = s.get("request_rate")
     if rate is not None:
         return f"at {rate} requests per second"
+    if s.get("client_mode") == "bench_multiturn":  # --request-rate inf (JSON keeps no inf: None)
+        return "at inf requests per second"
     if s.get("client_mode", "sequential") == "sequential":
         return "(sequential replay)"
     return "(open loop, one request)" if total == 1 else "(open loop, all sent at the same time)"

@@ -58,6 +58,11 @@ def _timestamp_ns(src: str, line: int, cell: str, units: dict[str, int]) -> int:
         raise TraceFormatError(
             src, line, "TIMESTAMP", f"not a date-time 'YYYY-MM-DD hh:mm:ss' in 1678-2261: {cell[:40]!r}"
         )
+    if text.endswith(("Z", "z")) or "+" in text or "-" in text[10:]:
+        # numpy would shift a zone offset to UTC with a deprecation warning (and may refuse it later)
+        raise TraceFormatError(
+            src, line, "TIMESTAMP", f"has a time zone: {cell[:40]!r}; give UTC date-times without one"
+        )
     try:
         ns = int(np.datetime64(text.replace(" ", "T"), "ns").astype(np.int64))
     except (ValueError, OverflowError):
