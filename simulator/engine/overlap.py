@@ -41,6 +41,8 @@ class OverlapMixin:
         """
         pending: _Launched | None = None
         while True:
+            if self.on_pass is not None:
+                self.on_pass()
             if pending is not None and self.chunked is not None and self.chunked in pending.reqs:
                 # stash_chunked_request: the in-flight chunk is checkpointed when the next batch
                 # is scheduled
@@ -58,12 +60,13 @@ class OverlapMixin:
                 self._process_launched(pending)
             elif launched is None:
                 if self.idle:
+                    self._on_idle()  # no batch in this pass nor the last one
                     self._wakeup = self.env.event()
                     yield self._wakeup
                     self._wakeup = None
                 elif not self.running:
                     self._abort_unservable()
-            pending = launched
+            pending = self.in_flight = launched
 
     def _launch_prefill(self, batch: list[ServerReq], start: float):
         if self.ops is not None:

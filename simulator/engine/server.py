@@ -29,7 +29,13 @@ from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
 from simulator.engine.request import SimRequest
-from simulator.engine.server_state import NewTokenRatio, ServerPools, ServerReq, StuckSimulation
+from simulator.engine.server_state import (
+    NewTokenRatio,
+    ServerPools,
+    ServerReq,
+    StuckSimulation,
+    init_req_max_new_tokens,
+)
 from simulator.engine.step_costs import StepCosts
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
@@ -90,6 +96,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
         self._interrupt_before = -math.inf
         self._next_arrival = math.inf  # the client's announced next submission (open loop)
+        # the step clock (simulator.engine.step_replay): called at the top of every loop pass,
+        # where SGLang calls ingest_requests
+        self.on_pass = None
+        self.in_flight = None  # overlap: the launched batch whose results are not processed yet
         self.obs.on_start(
             PoolCapacity(*self.cache.capacity()),
             dict(
@@ -130,6 +140,12 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         if rejected is not None:
             self._reject(req, rejected)
             return req.done
+        pools = self.pools
+        req.max_new_tokens = init_req_max_new_tokens(
+            max_new, sim.prompt_len, pools.context_length, pools.full_tokens, pools.page_size
+        )
+        if req.max_new_tokens < req.output_len:  # finishes by length at the clipped value
+            req.output_len = max(req.max_new_tokens, 1)
         self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -182,7 +198,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             yield from self._loop_overlap()
             return
         while True:
+            if self.on_pass is not None:
+                self.on_pass()
             if self.idle:
+                self._on_idle()
                 self._wakeup = self.env.event()
                 yield self._wakeup
                 self._wakeup = None
@@ -195,6 +214,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             else:
                 # nothing runs and the head of the queue can never be admitted
                 self._abort_unservable()
+
+    def _on_idle(self) -> None:
+        """``Scheduler.on_idle`` when ``is_fully_idle``: the new-token ratio goes back to its
+        initial value (``new_token_ratio_tracker.reset``, managers/scheduler.py)."""
+        self.ratio.reset()
 
     # ------------------------------------------------------------------ completion
     def _complete(
@@ -276,12 +300,16 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self.chunked = adder.add_chunked_req(self.chunked)
             if self.chunked is not None:
                 return adder.batch.reqs
-        calc_priority(self.waiting, self.cfg.schedule_policy, self.cache)
+        self._calc_priority()
         batch = adder.add_waiting(self.waiting)
         for req in batch.admitted:
             self.waiting.remove(req)
         self.chunked = batch.chunked
         return batch.reqs
+
+    def _calc_priority(self) -> None:
+        """``SchedulePolicy.calc_priority`` on the waiting queue."""
+        calc_priority(self.waiting, self.cfg.schedule_policy, self.cache)
 
     # ------------------------------------------------------------------ prefill
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
