@@ -46,6 +46,8 @@ class SimConfig:
     # steps it can fast-forward exactly. --enable-overlap-schedule models the overlap (one step
     # late result processing) one forward at a time.
     disable_overlap_schedule: bool = True
+    # SGLANG_ENABLE_WAITING_PREFIX_REFRESH (on by default in SGLang 0.5.23)
+    waiting_prefix_refresh: bool = True
     kv_budget_gib: float | None = None
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"

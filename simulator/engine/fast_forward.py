@@ -121,6 +121,8 @@ class FastForwardMixin:
             req.prefix_len = req.extend_end
             self.cache.free_group_end()
             self._check()
+            if self.waiting:  # the next chunk's pass orders the queue too
+                self._calc_priority()
             new_len, truncated = chunk_continuation(
                 req,
                 self.cache,

@@ -147,7 +147,6 @@ class OverlapMixin:
             full_used, swa_used = launched.info
             self.overlap_extra_slots += len(launched.reqs) - len(live)
             self.decode_steps += 1
-            self.ratio.on_decode_steps(1)
             self.obs.on_decode_steps(
                 np.array([t1]),
                 [r.sim for r in launched.reqs],

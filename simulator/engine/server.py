@@ -30,6 +30,8 @@ from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
 from simulator.engine.request import SimRequest
 from simulator.engine.server_state import (
+    LPM_FALLBACK_QUEUE_LEN,
+    WAITING_PREFIX_REFRESH_INTERVAL,
     NewTokenRatio,
     ServerPools,
     ServerReq,
@@ -99,6 +101,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         # the step clock (simulator.engine.step_replay): called at the top of every loop pass,
         # where SGLang calls ingest_requests
         self.on_pass = None
+        self.batch_is_full = False  # running_batch.batch_is_full
+        self.last_adder: PrefillAdder | None = None
+        self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
+        self._req_left = False  # a request left the running batch since the last pass
         self.in_flight = None  # overlap: the launched batch whose results are not processed yet
         self.obs.on_start(
             PoolCapacity(*self.cache.capacity()),
@@ -239,6 +245,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         (``notify=False``). ``owned`` is ``kv_committed_len`` (overlap's extra slot).
         """
         sim = r.sim
+        self._req_left = True
         if notify:
             sim.finish_s = t
             sim.cached_tokens = r.cached_tokens
@@ -282,34 +289,79 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
 
     # ------------------------------------------------------------------ admission
     def _get_new_batch_prefill(self) -> list[ServerReq]:
-        """``Scheduler._get_new_batch_prefill_raw``: the chunked request's next chunk first,
-        then the waiting queue in ``calc_priority`` order, through one ``PrefillAdder``."""
-        if not self.waiting and self.chunked is None:
+        """``Scheduler.get_next_batch_to_run`` up to ``_get_new_batch_prefill_raw``: stash the
+        chunk, the ``batch_is_full`` resets and early returns, ``calc_priority``, then the
+        chunked request's next chunk and the waiting queue through one ``PrefillAdder``."""
+        chunked = self.chunked
+        if chunked is not None and not self.overlap and chunked.extend_end > chunked.prefix_len:
+            self._stash_chunked(chunked)
+        # batch_is_full: hybrid SWA clears it every pass; an empty batch or a request that left
+        # clears it too; a full-attention model otherwise keeps it (scheduler.py 3949-4096)
+        if self._req_left or self.pools.hybrid or not self.running:
+            self.batch_is_full = False
+        self._req_left = False
+        if (self.batch_is_full or not self.waiting) and chunked is None:
             return []
-        if len(self.running) >= self.pools.max_running_requests and self.chunked is None:
+        max_running = self.pools.max_running_requests
+        rows = max_running - len(self.running)  # get_num_allocatable_reqs
+        if rows <= 0 and chunked is None:
+            self.batch_is_full = True
             return []
+        self._calc_priority()
         adder = PrefillAdder(
             self.cache,
-            max_running=self.pools.max_running_requests,
+            max_running=max_running,
             chunked_prefill_size=self.pools.chunked_prefill_size,
             max_prefill_tokens=self.cfg.max_prefill_tokens,
             running=self.running,
             new_token_ratio=self.ratio.current,
         )
-        if self.chunked is not None:
-            self.chunked = adder.add_chunked_req(self.chunked)
-            if self.chunked is not None:
-                return adder.batch.reqs
-        self._calc_priority()
-        batch = adder.add_waiting(self.waiting)
-        for req in batch.admitted:
-            self.waiting.remove(req)
-        self.chunked = batch.chunked
+        self.last_adder = adder
+        if chunked is not None:
+            self.chunked = adder.add_chunked_req(chunked)
+            if not adder.batch.reqs:
+                rows -= 1  # the parked chunk keeps its request row
+        batch = adder.add_waiting(self.waiting, rows)
+        if batch.batch_is_full:
+            self.batch_is_full = True
+        if batch.admitted:
+            taken = set(map(id, batch.admitted))
+            self.waiting = [r for r in self.waiting if id(r) not in taken]
+        if batch.chunked is not None:
+            self.chunked = batch.chunked
         return batch.reqs
 
+    def _stash_chunked(self, req: ServerReq) -> None:
+        """``Scheduler.stash_chunked_request``: the last chunk's KV enters the tree when the
+        next batch is scheduled, not when its result is processed."""
+        self.cache.free_group_begin()
+        self.cache.checkpoint(req, req.extend_end, finished=False)
+        req.prefix_len = req.extend_end
+        self.cache.free_group_end()
+
     def _calc_priority(self) -> None:
-        """``SchedulePolicy.calc_priority`` on the waiting queue."""
-        calc_priority(self.waiting, self.cfg.schedule_policy, self.cache)
+        """``SchedulePolicy.calc_priority`` on the waiting queue, then the waiting-prefix
+        refresh (``SchedulePolicy._touch_waiting_prefixes``, schedule_policy.py): under a
+        cache-agnostic policy (FCFS, or LPM above 128 waiting) with LRU eviction, the first
+        qualifying pass and every 32nd after it bump the LRU recency of the cached prefixes of
+        the first 128 waiting requests, head last, so that eviction spares them."""
+        waiting = self.waiting
+        cfg = self.cfg
+        calc_priority(waiting, cfg.schedule_policy, self.cache)
+        if (
+            not waiting
+            or not cfg.waiting_prefix_refresh
+            or cfg.radix_eviction_policy != "lru"
+            or (cfg.schedule_policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN)
+        ):
+            return
+        calls = self.refresh_calls
+        self.refresh_calls = calls + 1
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL:
+            return
+        tree, p = self.cache.tree, self.page_size
+        for r in reversed(waiting[:LPM_FALLBACK_QUEUE_LEN]):  # touch_waiting_prefix
+            tree.match_prefix(r.pages[: (r.prompt_len + r.num_outputs) // p])
 
     # ------------------------------------------------------------------ prefill
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
@@ -355,9 +407,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         self.cache.free_group_begin()
         for r in batch:
-            if r is self.chunked:  # stash_chunked_request: checkpoint the chunk, stay chunked
-                self.cache.checkpoint(r, r.extend_end, finished=False)
-                r.prefix_len = r.extend_end
+            if r is self.chunked:  # checkpointed when the next batch is scheduled
                 continue
             r.num_outputs += 1
             sim = r.sim
@@ -397,8 +447,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
             last = self.running[order.pop()]
             aborted.append(last)
-        keep = set(order)
-        self.running = [r for i, r in enumerate(self.running) if i in keep]
+        # filter_batch(keep_indices=sorted_indices): the batch keeps the retraction order
+        self.running = [self.running[i] for i in order]
+        self.batch_is_full = False
         before = self.ratio.current
         decoded = sum(r.num_outputs for r in self.running)
         max_new = sum(r.max_new_tokens for r in self.running)
@@ -422,6 +473,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             batch = self.running
             if not batch:
                 return None
+        else:
+            self.ratio.on_decode_steps(1)  # decay_step: only in the branch without retraction
         ctx = self.cache.decode_context(self.forward_ct)
         self.cache.free_group_begin()
         for r in batch:  # ScheduleBatch.maybe_evict_swa
@@ -453,7 +506,6 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
-        self.ratio.on_decode_steps(1)
         self.obs.on_decode_steps(
             np.array([self.env.now]),
             [r.sim for r in batch],

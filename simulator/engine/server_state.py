@@ -13,6 +13,7 @@ from simulator.request_kv import ReqKV
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many waiting requests
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy: passes between waiting-prefix refreshes
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600

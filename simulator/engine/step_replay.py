@@ -18,7 +18,7 @@ import simpy
 from simulator.engine.config import SimConfig
 from simulator.engine.observer import ServerObserver
 from simulator.engine.server import ServerModel
-from simulator.engine.server_state import ServerPools
+from simulator.engine.server_state import WAITING_PREFIX_REFRESH_INTERVAL, ServerPools
 from simulator.engine.step_workload import PageKeys, StepKnobs, StepRow, sim_request
 
 STEP_KEYS = (
@@ -30,6 +30,9 @@ STEP_KEYS = (
 )  # fmt: skip
 """The oracle's step keys in its order: always present up to ``queue_order``, then only when
 the event happened (drive_scheduler.py ``STEP_KEYS``)."""
+
+
+SWA_EVENT_KEYS = ("swa_chunk_capped", "swa_blocked", "swa_limited_continuation")
 
 
 class StepCost:
@@ -52,8 +55,21 @@ class StepServer(ServerModel):
 
     def _calc_priority(self) -> None:
         before = [id(r) for r in self.waiting]
+        calls = self.refresh_calls
         super()._calc_priority()
+        if self.refresh_calls > calls and calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
+            self.rec.cur["prefix_refresh"] = True
         self.rec.on_calc_priority(self.waiting, [id(r) for r in self.waiting] != before)
+
+    def _get_new_batch_prefill(self):
+        self.last_adder = None
+        reqs = super()._get_new_batch_prefill()
+        adder = self.last_adder
+        if adder is not None and self.pools.hybrid:
+            for key, n in zip(SWA_EVENT_KEYS, adder.swa_events, strict=True):
+                if n:
+                    self.rec.cur[key] = self.rec.cur.get(key, 0) + n
+        return reqs
 
     def _prepare_extend(self, batch):
         running = len(self.running)
@@ -94,6 +110,7 @@ class StepRecorder(ServerObserver):
         self.sims: list = []
         self.index = {row.rid: i for i, row in enumerate(rows)}
         self.running_after = 0
+        self.arrival_order: dict[str, int] = {}
         self.steps: list[dict] = []
         self.done = False
 
@@ -139,6 +156,7 @@ class StepRecorder(ServerObserver):
         for i in due:
             row = self.rows[i]
             self.cur["arrived"].append(row.rid)
+            self.arrival_order[row.rid] = len(self.arrival_order)
             self.info[row.rid] = dict(
                 type="request", rid=row.rid, session=row.session, arrival_step=self.step,
                 first_prefill_step=None, finish_step=None, prompt_len=row.prompt_len,
@@ -170,6 +188,11 @@ class StepRecorder(ServerObserver):
         self.server.env.timeout(0).callbacks.append(wake)
 
     # ---- reads of what the server did -------------------------------------------------------
+    def count(self, key: str, n: int) -> None:
+        """An optional step key: present only when non-zero."""
+        if n and self.cur is not None:
+            self.cur[key] = self.cur.get(key, 0) + n
+
     def on_calc_priority(self, waiting, reordered: bool) -> None:
         head = self.knobs.queue_head
         if head > 0:
@@ -237,10 +260,12 @@ class StepRecorder(ServerObserver):
             swa_evictable=None if self.knobs.no_swa else swa_ev,
             waiting=len(srv.waiting),
             running=running,
-            batch_is_full=bool(getattr(srv, "batch_is_full", False)),
-            prefix_refresh=bool(getattr(srv, "prefix_refreshed", False)),
+            batch_is_full=srv.batch_is_full,
+            prefix_refresh=bool(c.get("prefix_refresh", False)),
         )
         c.setdefault("queue_order", None)
+        c["finished"].sort(key=self.arrival_order.__getitem__)  # the oracle walks its live list
+        c["aborted"].sort(key=self.arrival_order.__getitem__)
         c = {k: c[k] for k in STEP_KEYS if k in c}
         self.steps.append(c)
         if self.emit is not None:
@@ -261,6 +286,7 @@ def sim_config(knobs: StepKnobs) -> SimConfig:
         schedule_policy=knobs.schedule_policy,
         schedule_conservativeness=knobs.schedule_conservativeness,
         disable_overlap_schedule=knobs.disable_overlap_schedule,
+        waiting_prefix_refresh=knobs.waiting_prefix_refresh,
         fast_forward=False,
     )
 
@@ -292,7 +318,53 @@ def replay(rows: list[StepRow], knobs: StepKnobs, emit=None) -> StepRecorder:
     rec.server = srv
     StepServer.__init__(srv, env, sim_config(knobs), server_pools(knobs), StepCost(), rec)
     srv.on_pass = rec.on_pass
+    real_evict = srv.cache._evict
+
+    def counting_evict(full_shortfall: int, swa_shortfall: int):  # pass-through, as the oracle's
+        res = real_evict(full_shortfall, swa_shortfall)
+        if res.full_evicted or res.swa_evicted:
+            rec.count("evict_calls", 1)
+            rec.count("full_evicted", res.full_evicted)
+            rec.count("swa_evicted", res.swa_evicted)
+        return res
+
+    srv.cache._evict = counting_evict
     env.run()
     if rec.cur is not None:
         rec._close()
     return rec
+
+
+def run_lines(raw_rows: list[dict], knobs: StepKnobs) -> list[dict]:
+    """The oracle's output for ``raw_rows``: step lines, request lines (file order), run line."""
+    from simulator.engine.step_workload import default_eos_id, script_row
+
+    eos = knobs.eos_id if knobs.eos_id is not None else default_eos_id(raw_rows)
+    rows = [script_row(r, knobs, eos) for r in raw_rows]
+    rec = replay(rows, knobs)
+    reqs = [rec.info[r.rid] for r in rows if r.rid in rec.info]
+    return [*rec.steps, *reqs, run_line(rec, knobs, eos)]
+
+
+def run_line(rec: StepRecorder, knobs: StepKnobs, eos_id: int) -> dict:
+    """The run line: configuration, loop and the totals of the step events."""
+    steps = rec.steps
+    kinds = [s["kind"] for s in steps]
+    counts = dict(
+        steps=len(steps),
+        prefill_steps=kinds.count("prefill"),
+        decode_steps=kinds.count("decode"),
+        idle_steps=kinds.count("idle"),
+        fully_idle_steps=sum(1 for s in steps if s.get("fully_idle")),
+        chunked_steps=sum(1 for s in steps if s["chunked"] is not None),
+        retractions=sum(len(s["retracted"]) for s in steps),
+        aborts=sum(len(s["aborted"]) for s in steps),
+        refreshes=sum(1 for s in steps if s["prefix_refresh"]),
+        queue_reorders=sum(1 for s in steps if s.get("queue_reordered")),
+        arrivals=sum(len(s["arrived"]) for s in steps),
+        finishes=sum(len(s["finished"]) for s in steps),
+    )
+    loop = "event_loop_normal" if knobs.disable_overlap_schedule else "event_loop_overlap"
+    config = {k: getattr(knobs, k) for k in StepKnobs.__dataclass_fields__}
+    config["eos_id"] = eos_id
+    return dict(type="run", simulator="kvplan", loop=loop, config=config, steps=len(steps), counts=counts)
