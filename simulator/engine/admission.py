@@ -9,23 +9,65 @@ queues. The queue order is ``SchedulePolicy.calc_priority`` (:func:`calc_priorit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from simulator.engine.server_state import CLIP_MAX_NEW_TOKENS, LPM_FALLBACK_QUEUE_LEN, ServerReq
 from simulator.radix.protocol import CacheController
 
 NO_CHUNK_LIMIT = 1 << 60  # chunked prefill off (chunked_prefill_size <= 0)
+# schedule_policy.py IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD / _DEPRIORITIZE_THRESHOLD
+IN_BATCH_CHECK = 32
+IN_BATCH_DEPRIORITIZE = 32
 # AddReqResult (schedule_policy.py)
 CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
 
 
-def calc_priority(waiting: list[ServerReq], policy: str, cache: CacheController) -> None:
-    """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM sorts by longest match
-    (stable), falling back to FCFS above ``LPM_FALLBACK_QUEUE_LEN`` waiting requests."""
-    if policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN:
-        for r in waiting:
-            cache.match(r)
-        waiting.sort(key=lambda r: -r.prefix_len)
+def calc_priority(waiting: list[ServerReq], policy: str, cache: CacheController) -> list[ServerReq] | None:
+    """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM (at most
+    ``LPM_FALLBACK_QUEUE_LEN`` waiting, else FCFS) matches every waiting request and sorts by
+    longest match, stable, with the in-batch deprioritised last. Returns LPM's deprioritised
+    requests (None when LPM did not run)."""
+    if policy != "lpm" or len(waiting) > LPM_FALLBACK_QUEUE_LEN:
+        return None
+    matched: dict[int, int] = {}
+    deprioritized = _compute_prefix_matches(waiting, cache, matched)
+    # _sort_by_longest_prefix: num_matched_prefix_tokens (capped at len - 1), stable
+    waiting.sort(key=lambda r: math.inf if id(r) in deprioritized else -matched[id(r)])
+    return [r for r in waiting if id(r) in deprioritized]
+
+
+def _compute_prefix_matches(
+    waiting: list[ServerReq], cache: CacheController, matched: dict[int, int]
+) -> set[int]:
+    """``SchedulePolicy._compute_prefix_matches``: match each waiting request against the cache
+    (its capped match length into ``matched``);
+    one with at most ``IN_BATCH_CHECK`` cached tokens that shares at least ``IN_BATCH_DEPRIORITIZE``
+    tokens with an earlier such request (not itself deprioritised) waits for it, so the shared
+    prefix is computed once. SGLang's in-batch radix tree only has to answer "at least 32 tokens
+    in common", which the first 32 tokens' pages decide (exact for page sizes dividing 32; one
+    page for larger pages)."""
+    p = cache.page_size
+    k = max(1, IN_BATCH_DEPRIORITIZE // p)
+    seen: set[tuple] = set()
+    out: set[int] = set()
+    tree = cache.tree
+    for r in waiting:
+        # match_kv_cache on the whole prompt ++ outputs (no len - 1 cap here)
+        fill = r.prompt_len + r.num_outputs
+        n_pages = fill // p
+        prefix = tree.match_prefix(r.pages[:n_pages]).device_prefix_len
+        matched[id(r)] = min(prefix, fill - 1)
+        if prefix > IN_BATCH_CHECK:
+            continue
+        if n_pages < k:
+            continue  # too short to share IN_BATCH_DEPRIORITIZE tokens with anyone
+        head = tuple(r.pages[:k].tolist())
+        if head in seen:
+            out.add(id(r))
+        else:
+            seen.add(head)
+    return out
 
 
 def running_offset(running: list[ServerReq], new_token_ratio: float) -> float:

@@ -103,6 +103,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.on_pass = None
         self.batch_is_full = False  # running_batch.batch_is_full
         self.last_adder: PrefillAdder | None = None
+        self.lpm_deprioritized: list[ServerReq] | None = None  # the last calc_priority's
         self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
         self._req_left = False  # a request left the running batch since the last pass
         self.in_flight = None  # overlap: the launched batch whose results are not processed yet
@@ -347,7 +348,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         the first 128 waiting requests, head last, so that eviction spares them."""
         waiting = self.waiting
         cfg = self.cfg
-        calc_priority(waiting, cfg.schedule_policy, self.cache)
+        self.lpm_deprioritized = calc_priority(waiting, cfg.schedule_policy, self.cache)
         if (
             not waiting
             or not cfg.waiting_prefix_refresh

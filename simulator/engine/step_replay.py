@@ -60,6 +60,8 @@ class StepServer(ServerModel):
         if self.refresh_calls > calls and calls % WAITING_PREFIX_REFRESH_INTERVAL == 0:
             self.rec.cur["prefix_refresh"] = True
         self.rec.on_calc_priority(self.waiting, [id(r) for r in self.waiting] != before)
+        if self.lpm_deprioritized is not None:
+            self.rec.cur["lpm_deprioritized"] = sorted(r.rid for r in self.lpm_deprioritized)
 
     def _get_new_batch_prefill(self):
         self.last_adder = None
