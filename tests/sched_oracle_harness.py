@@ -132,8 +132,13 @@ def generate(seed: int, n: int = 24, vocab: int = 5000) -> list[dict]:
         new = [rng.randrange(vocab) for _ in range(rng.choice([5, 30, 120, 400, 900]))]
         prompt = (base + new)[-1500:]
         out = [rng.randrange(vocab) for _ in range(rng.randint(1, 120))]
-        row: dict[str, Any] = {"rid": f"r{i}", "input_ids": prompt, "output_ids": out,
-                               "arrival_step": rng.choice([0, 0, rng.randint(0, 60), rng.randint(0, 300)])}  # fmt: skip
+        arrival = rng.choice([0, 0, rng.randint(0, 60), rng.randint(0, 300)])
+        row: dict[str, Any] = {
+            "rid": f"r{i}",
+            "input_ids": prompt,
+            "output_ids": out,
+            "arrival_step": arrival,
+        }
         if rng.random() < 0.5:
             row["session"] = f"s{s}"
             history[s] = prompt + out

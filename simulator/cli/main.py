@@ -14,6 +14,7 @@ from simulator.cli import (
     ops_cmd,
     pools_cmd,
     run_cmd,
+    step_replay_cmd,
     trace_cmd,
 )
 
@@ -51,6 +52,7 @@ app.command("cache-replay")(cache_replay_cmd.cache_replay)
 app.command("demo")(demo_cmd.demo)
 app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
+app.command("step-replay")(step_replay_cmd.step_replay)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
