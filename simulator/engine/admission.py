@@ -51,12 +51,11 @@ def _compute_prefix_matches(
     k = max(1, IN_BATCH_DEPRIORITIZE // p)
     seen: set[tuple] = set()
     out: set[int] = set()
-    tree = cache.tree
     for r in waiting:
         # match_kv_cache on the whole prompt ++ outputs (no len - 1 cap here)
         fill = r.prompt_len + r.num_outputs
         n_pages = fill // p
-        prefix = tree.match_prefix(r.pages[:n_pages]).device_prefix_len
+        prefix = cache.touch_prefix(r.pages[:n_pages])
         matched[id(r)] = min(prefix, fill - 1)
         if prefix > IN_BATCH_CHECK:
             continue

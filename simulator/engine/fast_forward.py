@@ -121,8 +121,6 @@ class FastForwardMixin:
             req.prefix_len = req.extend_end
             self.cache.free_group_end()
             self._check()
-            if self.waiting:  # the next chunk's pass orders the queue too
-                self._calc_priority()
             new_len, truncated = chunk_continuation(
                 req,
                 self.cache,
@@ -130,7 +128,9 @@ class FastForwardMixin:
                 running_offset(self.running, self.ratio.current),
             )
             if new_len <= 0 or not truncated:
-                break
+                break  # the scheduler's own pass takes the last chunk
+            if self.waiting:  # this chunk's pass orders the queue too (no room depends on it)
+                self._calc_priority()
             req.extend_end = req.prefix_len + new_len
         queued0 = len(self.waiting)
         if t > self.env.now:

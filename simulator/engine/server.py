@@ -360,9 +360,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.refresh_calls = calls + 1
         if calls % WAITING_PREFIX_REFRESH_INTERVAL:
             return
-        tree, p = self.cache.tree, self.page_size
+        cache, p = self.cache, self.page_size
         for r in reversed(waiting[:LPM_FALLBACK_QUEUE_LEN]):  # touch_waiting_prefix
-            tree.match_prefix(r.pages[: (r.prompt_len + r.num_outputs) // p])
+            cache.touch_prefix(r.pages[: (r.prompt_len + r.num_outputs) // p])
 
     # ------------------------------------------------------------------ prefill
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:

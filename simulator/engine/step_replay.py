@@ -327,7 +327,8 @@ def replay(rows: list[StepRow], knobs: StepKnobs, emit=None) -> StepRecorder:
         if res.full_evicted or res.swa_evicted:
             rec.count("evict_calls", 1)
             rec.count("full_evicted", res.full_evicted)
-            rec.count("swa_evicted", res.swa_evicted)
+            if not knobs.no_swa:
+                rec.count("swa_evicted", res.swa_evicted)
         return res
 
     srv.cache._evict = counting_evict
