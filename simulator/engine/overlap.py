@@ -85,6 +85,8 @@ class OverlapMixin:
         return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
 
     def _launch_decode(self, start: float):
+        if self._skip_finishing_inflight():
+            return None
         if self.ops is not None:
             self._begin_step(start)
         batch = self._prepare_decode()
@@ -97,6 +99,24 @@ class OverlapMixin:
         batch = list(batch)
         info = (full_used, swa_used)
         return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)
+
+    def _skip_finishing_inflight(self) -> bool:
+        """``Scheduler.update_running_batch`` under overlap (``_reqs_finishing_inflight``): the
+        requests whose in-flight result commits their last token by length leave the decode
+        batch; True when no decode runs this pass, because none is left or because decode
+        memory is short while such requests exist (their release comes with the result being
+        processed now, so the others decode next pass instead of being retracted)."""
+        pending = self.in_flight
+        if pending is None:
+            return False
+        inflight = set(map(id, pending.reqs))
+        finishing = [r for r in self.running if id(r) in inflight and r.num_outputs + 1 >= r.max_new_tokens]
+        if not finishing:
+            return False
+        gone = set(map(id, finishing))
+        self.running = [r for r in self.running if id(r) not in gone]
+        self.batch_is_full = False
+        return not self.running or not self.cache.check_decode_mem(self.running)
 
     def _stash_chunk(self, req: ServerReq, launched: _Launched) -> None:
         if req.stashed is launched:

@@ -68,6 +68,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.costs = StepCosts(cost_model)
         self.obs = observer or ServerObserver()
         self.overlap = not cfg.disable_overlap_schedule
+        self.max_new_mode = cfg.max_new_tokens_mode()
+        if cfg.waiting_prefix_refresh not in ("on", "off"):
+            raise ConfigError(
+                f"--waiting-prefix-refresh must be on or off, got {cfg.waiting_prefix_refresh!r}"
+            )
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
@@ -132,15 +137,19 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         cfg = self.cfg
         req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
-        max_new = sim.max_new_tokens or sim.output_len
-        if cfg.max_new_tokens is not None:
-            max_new = max(max_new, cfg.max_new_tokens)
+        mode = self.max_new_mode
+        if mode == "trace":  # the trace's own value, or its output length
+            max_new = sim.max_new_tokens or sim.output_len
+            # the sampling params state it when the client sets it (bench_multiturn sends its
+            # output length with ignore_eos; a trace's own column)
+            stated = sim.ignore_eos or sim.max_new_tokens is not None
+        elif mode == "context":  # none sent: init_req_max_new_tokens takes what the context leaves
+            max_new, stated = 1 << 30, False
+        else:
+            max_new, stated = mode, True
         req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
-        # the sampling params state max_new_tokens when the client sets it (bench_multiturn
-        # sends its output length with ignore_eos; --max-new-tokens; a trace's own column)
-        stated = sim.ignore_eos or sim.max_new_tokens is not None or cfg.max_new_tokens is not None
         rejected = reject_reason(
             sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
         )
@@ -351,7 +360,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.lpm_deprioritized = calc_priority(waiting, cfg.schedule_policy, self.cache)
         if (
             not waiting
-            or not cfg.waiting_prefix_refresh
+            or cfg.waiting_prefix_refresh != "on"
             or cfg.radix_eviction_policy != "lru"
             or (cfg.schedule_policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN)
         ):

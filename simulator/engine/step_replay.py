@@ -82,7 +82,8 @@ class StepServer(ServerModel):
 
     def _on_idle(self) -> None:
         super()._on_idle()
-        self.rec.cur["fully_idle"] = True
+        if self.rec.cur is not None:
+            self.rec.cur["fully_idle"] = True
 
     def _prepare_decode(self):
         batch = super()._prepare_decode()
@@ -288,7 +289,7 @@ def sim_config(knobs: StepKnobs) -> SimConfig:
         schedule_policy=knobs.schedule_policy,
         schedule_conservativeness=knobs.schedule_conservativeness,
         disable_overlap_schedule=knobs.disable_overlap_schedule,
-        waiting_prefix_refresh=knobs.waiting_prefix_refresh,
+        waiting_prefix_refresh="on" if knobs.waiting_prefix_refresh else "off",
         fast_forward=False,
     )
 
