@@ -78,6 +78,7 @@ class OverlapMixin:
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self.cache.used_tokens()
         # the scheduler merges the prefilled requests into the next decode batch right away
+        self._prefill_joins(batch)
         for r in batch:
             if r is not self.chunked:
                 self.running.append(r)

@@ -415,6 +415,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             len(self.running),
             len(self.waiting),
         )
+        self._prefill_joins(batch)
         self.cache.free_group_begin()
         for r in batch:
             if r is self.chunked:  # checkpointed when the next batch is scheduled
@@ -432,6 +433,13 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 self.running.append(r)
         self.cache.free_group_end()
         self._check()
+
+    def _prefill_joins(self, batch: list[ServerReq]) -> None:
+        """``get_next_batch_to_run`` merging a prefill batch: the chunk leaves it, and into an
+        empty running batch the prefill batch itself becomes the running batch; either way the
+        next pass starts with ``batch_is_full`` cleared."""
+        if not self.running or self.chunked in batch:
+            self._req_left = True
 
     # ------------------------------------------------------------------ decode
     def _retract(self) -> None:

@@ -97,6 +97,7 @@ class StepRecorder(ServerObserver):
 
     def __init__(self, rows: list[StepRow], knobs: StepKnobs, emit) -> None:
         self.rows, self.knobs, self.emit = rows, knobs, emit
+        self.eos_id = -1  # set by replay
         self.server: StepServer | None = None
         self.step = -1
         self.cur: dict[str, Any] | None = None
@@ -244,7 +245,7 @@ class StepRecorder(ServerObserver):
             cached_tokens=int(req.cached_tokens),
             retractions=int(req.retractions),
             output_len=out,
-            finish_reason=_finish_reason(row) if not req.aborted else {"type": "abort"},
+            finish_reason=_finish_reason(row, self.eos_id) if not req.aborted else {"type": "abort"},
             aborted=bool(req.aborted),
         )
 
@@ -276,10 +277,10 @@ class StepRecorder(ServerObserver):
         self.cur = None
 
 
-def _finish_reason(row: StepRow) -> dict:
+def _finish_reason(row: StepRow, eos_id: int) -> dict:
     if row.finish_reason == "length":
         return {"type": "length", "length": row.max_new_tokens}
-    return {"type": "stop", "matched": None}
+    return {"type": "stop", "matched": eos_id}
 
 
 def sim_config(knobs: StepKnobs) -> SimConfig:
@@ -310,10 +311,11 @@ def server_pools(knobs: StepKnobs) -> ServerPools:
     )
 
 
-def replay(rows: list[StepRow], knobs: StepKnobs, emit=None) -> StepRecorder:
+def replay(rows: list[StepRow], knobs: StepKnobs, emit=None, eos_id: int = -1) -> StepRecorder:
     """Run ``rows`` through kvplan's scheduler on the step clock; the recorder holds the lines."""
     env = simpy.Environment()
     rec = StepRecorder(rows, knobs, emit)
+    rec.eos_id = eos_id
     keys = PageKeys(knobs.page_size)
     rec.sims = [sim_request(row, keys, i) for i, row in enumerate(rows)]
     srv = StepServer.__new__(StepServer)
@@ -345,7 +347,7 @@ def run_lines(raw_rows: list[dict], knobs: StepKnobs) -> list[dict]:
 
     eos = knobs.eos_id if knobs.eos_id is not None else default_eos_id(raw_rows)
     rows = [script_row(r, knobs, eos) for r in raw_rows]
-    rec = replay(rows, knobs)
+    rec = replay(rows, knobs, eos_id=eos)
     reqs = [rec.info[r.rid] for r in rows if r.rid in rec.info]
     return [*rec.steps, *reqs, run_line(rec, knobs, eos)]
 
