@@ -120,3 +120,22 @@ def test_lpm_deprioritises_a_request_sharing_an_uncached_prefix():
     assert steps[0]["queue_order"] == ["A", "C", "B"]
     assert steps[0]["lpm_deprioritized"] == ["B"]
     assert steps[0]["rids"] == ["A", "C", "B"]
+
+
+def test_overlap_keeps_a_chunk_whose_next_chunk_is_already_scheduled():
+    """Overlap loop, chunk 512: step 0 prefills A (400) whole and B's first 112 tokens; step 1
+    schedules B's last 225 before step 0's result is processed. That result must treat B as a
+    chunk (stashed, no token): only A's checkpoint frees SWA, its 400 - 129 out-of-window slots,
+    so 737 - 271 = 466 SWA slots stay allocated (465 used, A's 1 evictable), as SGLang has them.
+    (kvplan took B for a finished prefill because extend_end had moved on: a bug.)"""
+    rows = [
+        dict(rid="A", input_ids=_tokens(0, 400), output_ids=_tokens(5000, 5)),
+        dict(rid="B", input_ids=_tokens(1000, 337), output_ids=_tokens(6000, 5)),
+    ]
+    lines = run_lines(rows, StepKnobs(disable_overlap_schedule=False))
+    steps = [x for x in lines if x["type"] == "step"]
+    assert steps[0]["rids"] == ["A", "B"] and steps[0]["chunked"] == "B"
+    assert steps[1]["extend_lens"] == [225] and steps[1]["prefix_lens"] == [112]
+    assert (steps[1]["swa_used"], steps[1]["swa_evictable"]) == (465, 1)
+    b = next(x for x in lines if x["type"] == "request" and x["rid"] == "B")
+    assert (b["output_len"], b["prefill_chunks"]) == (5, 2)

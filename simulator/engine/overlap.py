@@ -24,6 +24,7 @@ class _Launched:
     start: float
     end: float
     info: tuple
+    chunk: ServerReq | None = None  # the request this prefill batch left mid-prompt
 
 
 class OverlapMixin:
@@ -83,7 +84,9 @@ class OverlapMixin:
             if r is not self.chunked:
                 self.running.append(r)
         info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
-        return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
+        launched = _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
+        launched.chunk = self.chunked if self.chunked in batch else None
+        return launched
 
     def _launch_decode(self, start: float):
         if self._skip_finishing_inflight():
@@ -151,7 +154,9 @@ class OverlapMixin:
             )
             self.cache.free_group_begin()
             for r in live:
-                if r.extend_end < r.fill_len:  # a chunk: checkpointed when it was stashed
+                # a chunk (checkpointed when it was stashed); its next chunk may already have
+                # moved extend_end, so the batch remembers which request it left truncated
+                if r is launched.chunk:
                     self._stash_chunk(r, launched)
                     continue
                 r.num_outputs += 1
