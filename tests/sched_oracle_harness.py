@@ -114,9 +114,11 @@ def first_differences(oracle: list[dict], ours: list[dict], limit: int = 5) -> l
     return out
 
 
-def generate(seed: int, n: int = 24, vocab: int = 5000) -> list[dict]:
+def generate(seed: int, n: int = 24, vocab: int = 5000, style: str = "mixed") -> list[dict]:
     """A workload exercising sessions, shared prefixes, long prompts (chunking), bursts and
-    tight memory (retraction): deterministic in ``seed``."""
+    tight memory (retraction): deterministic in ``seed``. ``style`` "idle": three bursts 400
+    steps apart (the server idles between them); "eos": half the rows stop at EOS well before a
+    larger ``max_new_tokens`` (reservations the ratio discounts, NO_TOKEN under pressure)."""
     rng = random.Random(seed)
     systems = [[rng.randrange(vocab) for _ in range(rng.randint(20, 300))] for _ in range(3)]
     rows: list[dict] = []
@@ -133,12 +135,16 @@ def generate(seed: int, n: int = 24, vocab: int = 5000) -> list[dict]:
         prompt = (base + new)[-1500:]
         out = [rng.randrange(vocab) for _ in range(rng.randint(1, 120))]
         arrival = rng.choice([0, 0, rng.randint(0, 60), rng.randint(0, 300)])
+        if style == "idle":
+            arrival = 400 * (i * 3 // n) + rng.randint(0, 20)
         row: dict[str, Any] = {
             "rid": f"r{i}",
             "input_ids": prompt,
             "output_ids": out,
             "arrival_step": arrival,
         }
+        if style == "eos" and rng.random() < 0.5:
+            row.update(max_new_tokens=len(out) + rng.randint(50, 400), ignore_eos=False)
         if rng.random() < 0.5:
             row["session"] = f"s{s}"
             history[s] = prompt + out

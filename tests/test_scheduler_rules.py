@@ -139,3 +139,16 @@ def test_overlap_keeps_a_chunk_whose_next_chunk_is_already_scheduled():
     assert (steps[1]["swa_used"], steps[1]["swa_evictable"]) == (465, 1)
     b = next(x for x in lines if x["type"] == "request" and x["rid"] == "B")
     assert (b["output_len"], b["prefill_chunks"]) == (5, 2)
+
+
+def test_overlap_eos_finisher_commits_the_extra_decode_slot():
+    """A (50 in, 10 script tokens, max_new 100, stops at EOS) alone. The plain loop inserts 50 +
+    10 - 1 = 59 tokens (the EOS token gets no KV); under overlap A is already in the next
+    decode step when its EOS is processed, that step writes the EOS token's KV, and all
+    50 + 10 = 60 enter the tree, as SGLang 0.5.23 has it."""
+    rows = [dict(rid="A", input_ids=_tokens(0, 50), output_ids=_tokens(500, 10), max_new_tokens=100,
+                 ignore_eos=False)]  # fmt: skip
+    for overlap, tree in ((False, 59), (True, 60)):
+        lines = run_lines(rows, StepKnobs(disable_overlap_schedule=not overlap))
+        last = [x for x in lines if x["type"] == "step"][-1]
+        assert (last["full_used"], last["full_evictable"]) == (0, tree)

@@ -189,7 +189,10 @@ class OverlapMixin:
         self._check()
 
     def _finish_overlap(self, r: ServerReq, t: float) -> None:
-        """Release with the slot the next (already launched) decode step took for it."""
+        """Release a request whose finish the step-late result revealed. One that stopped at EOS
+        is already in the next (launched) decode step, which writes its last token's KV: that
+        slot is committed (``kv_committed_len`` = prompt + outputs) and enters the tree with
+        the rest; one finishing by length left that batch (``_reqs_finishing_inflight``)."""
         if r in self.running:
             self.running.remove(r)
-        self._complete(r, t, owned=r.prompt_len + r.num_outputs - 1)
+        self._complete(r, t)
