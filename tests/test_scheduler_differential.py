@@ -90,7 +90,9 @@ def test_step_replay_matches_sglang_event_loop(workers, name):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", list(CONFIGS))
-def test_step_replay_matches_sglang_event_loop_many(workers, name):
+def test_step_replay_matches_sglang_event_loop_many(workers, name, request):
+    if "slow" not in (request.config.getoption("markexpr") or ""):
+        pytest.skip("slow: run with -m slow")
     _compare(workers, name, range(1000, 1000 + SLOW_WORKLOADS))
 
 
