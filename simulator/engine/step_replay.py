@@ -33,6 +33,15 @@ the event happened (drive_scheduler.py ``STEP_KEYS``)."""
 
 
 SWA_EVENT_KEYS = ("swa_chunk_capped", "swa_blocked", "swa_limited_continuation")
+RETRACT_ABORT = "decode memory short even after retracting"  # ServerModel._retract's abort
+# what SGLang's retract_decode says when it aborts the last request (schedule_batch.py)
+RETRACT_ABORT_REASON = {
+    "type": "abort",
+    "message": "Out of memory even after retracting all other requests in the decode batch. "
+    "Aborting the last request.",
+    "status_code": 500,
+    "err_type": None,
+}
 
 
 class StepCost:
@@ -80,6 +89,10 @@ class StepServer(ServerModel):
             self.rec.on_prefill(batch, self.chunked, running)
         return cached
 
+    def _abort(self, req, detail: str) -> None:
+        self.rec.aborted_outputs[req.rid] = (req.num_outputs, detail.startswith(RETRACT_ABORT))
+        super()._abort(req, detail)
+
     def _on_idle(self) -> None:
         super()._on_idle()
         if self.rec.cur is not None:
@@ -115,6 +128,8 @@ class StepRecorder(ServerObserver):
         self.index = {row.rid: i for i, row in enumerate(rows)}
         self.running_after = 0
         self.arrival_order: dict[str, int] = {}
+        self.aborted_outputs: dict[str, tuple[int, bool]] = {}
+        self.last_kind = "idle"  # the kind of the last closed step (none yet: no batch)
         self.steps: list[dict] = []
         self.done = False
 
@@ -212,6 +227,14 @@ class StepRecorder(ServerObserver):
         c["prefix_lens"] = [r.prefix_len for r in batch]
         c["chunked"] = chunked.rid if chunked is not None and chunked in batch else None
         self.running_after = running_before
+        for r in batch:  # the oracle's consistency probe: a cut prompt must be the chunked_req
+            if r is not chunked and r.extend_end < r.prompt_len + r.num_outputs:
+                msg = (
+                    f"step {self.step}: {r.rid} prefilled only to {r.extend_end} of "
+                    f"{r.prompt_len + r.num_outputs} tokens but chunked_req is "
+                    f"{chunked.rid if chunked is not None else None}: it will decode on a partial prompt"
+                )
+                c.setdefault("anomalies", []).append(msg)
         for r in batch:
             rec = self.info[r.rid]
             rec["prefill_chunks"] += 1
@@ -239,13 +262,17 @@ class StepRecorder(ServerObserver):
         self.cur["finished"].append(req.rid)
         if req.aborted:
             self.cur["aborted"].append(req.rid)
-        out = row.output_len if not req.aborted else None
+        out, reason, retractions = row.output_len, _finish_reason(row, self.eos_id), int(req.retractions)
+        if req.aborted:
+            out, by_retract = self.aborted_outputs.get(req.rid, (None, False))
+            reason = RETRACT_ABORT_REASON if by_retract else {"type": "abort", "message": req.abort_reason}
+            retractions += by_retract  # SGLang counts retract_decode's abort as a retraction
         self.info[req.rid].update(
             finish_step=self.step,
             cached_tokens=int(req.cached_tokens),
-            retractions=int(req.retractions),
+            retractions=retractions,
             output_len=out,
-            finish_reason=_finish_reason(row, self.eos_id) if not req.aborted else {"type": "abort"},
+            finish_reason=reason,
             aborted=bool(req.aborted),
         )
 
@@ -268,6 +295,12 @@ class StepRecorder(ServerObserver):
             prefix_refresh=bool(c.get("prefix_refresh", False)),
         )
         c.setdefault("queue_order", None)
+        if c["kind"] == "idle" and "fully_idle" not in c:
+            # on_idle ran (every batch-less pass; under overlap only after one) without finding
+            # the server fully idle
+            if self.knobs.disable_overlap_schedule or self.last_kind == "idle":
+                c["fully_idle"] = False
+        self.last_kind = c["kind"]
         c["finished"].sort(key=self.arrival_order.__getitem__)  # the oracle walks its live list
         c["aborted"].sort(key=self.arrival_order.__getitem__)
         c = {k: c[k] for k in STEP_KEYS if k in c}
