@@ -219,9 +219,10 @@ def test_overlap_schedule_processes_results_one_step_late(pools, tombstone, swa)
     assert all(r.finish_s == r.finish_s for r in over)  # every request finished
     assert [r.rid for r in plain] == [r.rid for r in over]
     # SGLang 0.5.23 (_reqs_finishing_inflight): a request whose in-flight step finishes it by
-    # length leaves the next decode batch, so these ignore_eos requests take no extra slot
-    # (an EOS finisher still does: tests/test_scheduler_rules.py)
-    assert over_srv.overlap_extra_slots == 0 and plain_srv.overlap_extra_slots == 0
+    # length leaves the next decode batch, so these ignore_eos requests take no extra slot; the
+    # only dropped results are of requests retracted while their step was in flight (an EOS
+    # finisher still takes one: tests/test_scheduler_rules.py)
+    assert over_srv.overlap_extra_slots <= over_srv.retractions and plain_srv.overlap_extra_slots == 0
     assert over_srv.idle
 
 
