@@ -167,7 +167,7 @@ def test_lpm_orders_by_longest_match_and_fcfs_keeps_arrival_order():
     calc_priority(fcfs, "fcfs", cache)
     assert [r.rid for r in fcfs] == ["A", "B", "C"]
     calc_priority(waiting, "lpm", cache)
-    assert [(r.rid, r.prefix_len) for r in waiting] == [("C", 64), ("B", 32), ("A", 0)]
+    assert [r.rid for r in waiting] == ["C", "B", "A"]  # matched 64, 32, 0 (re-matched at admission)
 
 
 @pytest.mark.parametrize("queue,sorted_", [(128, True), (129, False)])
@@ -176,10 +176,10 @@ def test_lpm_falls_back_to_fcfs_above_128_waiting(queue, sorted_):
     cache, (a, b, c) = _cached_prefix_tree()
     fillers = [_req(f"F{i}", 32, 16, base=10_000 + 10 * i) for i in range(queue - 3)]
     waiting = [a, b, *fillers, c]
-    calc_priority(waiting, "lpm", cache)
+    deprioritized = calc_priority(waiting, "lpm", cache)
     head = [r.rid for r in waiting[:2]]
     assert head == (["C", "B"] if sorted_ else ["A", "B"])
-    assert (c.prefix_len == 64) is sorted_
+    assert (deprioritized is not None) is sorted_  # None: LPM did not run
 
 
 # ---------------------------------------------------------------------------- retraction
@@ -254,14 +254,15 @@ def _serve(
 
 
 def test_a_prompt_that_can_never_fit_is_aborted_and_the_queue_moves_on():
-    """FULL 1024, SWA 256, w = 128, chunking off: r0 needs 1000 + 10 + a page (16) = 1026 FULL
-    tokens, over the pool (the first check of add_one_req), so with nothing running the head is
+    """FULL 1024, SWA 256, w = 128, chunking off: r0's max_new_tokens is clipped at arrival to
+    1024 - ceil16(1000) - 16 - 1 < 0 -> 0 (``init_req_max_new_tokens``), so the FULL check passes,
+    but its unchunked prompt needs 1024 SWA tokens, over the pool: with nothing running the head is
     aborted as unservable, with that arithmetic as its reason; r1 (100 in) runs."""
     pools = ServerPools(P, 1024, 256, 128, 8, 0)
     (r0, r1), _ = _serve(pools, SimConfig(), [(1000, 10), (100, 10)])
     assert r0.aborted and r0.abort_reason == (
-        "request does not fit the FULL pool: 1000 new prompt tokens + 10 reserved output tokens "
-        "+ one page (16) = 1026 tokens; the FULL pool holds 1024"
+        "request does not fit the SWA pool: it needs 1024 SWA tokens (window 128, 0 reserved output "
+        "tokens); the SWA pool has 256 tokens for it"
     )
     assert not r1.aborted and r1.finish_s == r1.finish_s
 

@@ -218,8 +218,11 @@ def test_overlap_schedule_processes_results_one_step_late(pools, tombstone, swa)
     over_srv, over = _run(SimConfig(**base, disable_overlap_schedule=False), pools, max_out=1500)
     assert all(r.finish_s == r.finish_s for r in over)  # every request finished
     assert [r.rid for r in plain] == [r.rid for r in over]
-    # a request finishing in step N is still decoded in the already launched step N+1
-    assert over_srv.overlap_extra_slots > 0 and plain_srv.overlap_extra_slots == 0
+    # SGLang 0.5.23 (_reqs_finishing_inflight): a request whose in-flight step finishes it by
+    # length leaves the next decode batch, so these ignore_eos requests take no extra slot; the
+    # only dropped results are of requests retracted while their step was in flight (an EOS
+    # finisher still takes one: tests/test_scheduler_rules.py)
+    assert over_srv.overlap_extra_slots <= over_srv.retractions and plain_srv.overlap_extra_slots == 0
     assert over_srv.idle
 
 

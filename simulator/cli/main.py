@@ -15,6 +15,7 @@ from simulator.cli import (
     ops_cmd,
     pools_cmd,
     run_cmd,
+    step_replay_cmd,
     sweep_cmd,
     trace_cmd,
 )
@@ -55,6 +56,7 @@ app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("bound")(bound_cmd.bound)
+app.command("step-replay")(step_replay_cmd.step_replay)
 
 if __name__ == "__main__":  # pragma: no cover
     app()

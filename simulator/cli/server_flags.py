@@ -160,6 +160,27 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         "SGLang's scheduler without (default here) or with overlap: with it, results are processed "
         "one step late (SGLang's own default; runs without decode fast-forward)",
     ),
+    # --- issue 11: the scheduler's request-level knobs (one block) ---
+    ServerFlag(
+        "max_new_tokens",
+        ("--max-new-tokens",),
+        "max_new_tokens each request is admitted with: trace (its own), context (none sent: "
+        "context - input - 1) or a client value N; clipped at arrival (init_req_max_new_tokens)",
+        sglang=False,
+    ),
+    ServerFlag(
+        "ignore_eos",
+        ("--ignore-eos/--no-ignore-eos",),
+        "requests sent with ignore_eos (default: bench_multiturn workloads yes, traces no)",
+        sglang=False,
+    ),
+    ServerFlag(
+        "waiting_prefix_refresh",
+        ("--waiting-prefix-refresh",),
+        "SGLANG_ENABLE_WAITING_PREFIX_REFRESH: FCFS touches waiting prefixes every 32 passes",
+        sglang=False,
+        choices=lambda: ("on", "off"),
+    ),
     ServerFlag(
         "swa_eviction",
         ("--swa-eviction",),

@@ -9,21 +9,64 @@ queues. The queue order is ``SchedulePolicy.calc_priority`` (:func:`calc_priorit
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from simulator.engine.server_state import CLIP_MAX_NEW_TOKENS, LPM_FALLBACK_QUEUE_LEN, ServerReq
 from simulator.radix.protocol import CacheController
 
 NO_CHUNK_LIMIT = 1 << 60  # chunked prefill off (chunked_prefill_size <= 0)
+# schedule_policy.py IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD / _DEPRIORITIZE_THRESHOLD
+IN_BATCH_CHECK = 32
+IN_BATCH_DEPRIORITIZE = 32
+# AddReqResult (schedule_policy.py)
+CONTINUE, NO_TOKEN, OTHER = "continue", "no_token", "other"
 
 
-def calc_priority(waiting: list[ServerReq], policy: str, cache: CacheController) -> None:
-    """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM sorts by longest match
-    (stable), falling back to FCFS above ``LPM_FALLBACK_QUEUE_LEN`` waiting requests."""
-    if policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN:
-        for r in waiting:
-            cache.match(r)
-        waiting.sort(key=lambda r: -r.prefix_len)
+def calc_priority(waiting: list[ServerReq], policy: str, cache: CacheController) -> list[ServerReq] | None:
+    """``SchedulePolicy.calc_priority``: FCFS keeps arrival order; LPM (at most
+    ``LPM_FALLBACK_QUEUE_LEN`` waiting, else FCFS) matches every waiting request and sorts by
+    longest match, stable, with the in-batch deprioritised last. Returns LPM's deprioritised
+    requests (None when LPM did not run)."""
+    if policy != "lpm" or len(waiting) > LPM_FALLBACK_QUEUE_LEN:
+        return None
+    matched: dict[int, int] = {}
+    deprioritized = _compute_prefix_matches(waiting, cache, matched)
+    # _sort_by_longest_prefix: num_matched_prefix_tokens (capped at len - 1), stable
+    waiting.sort(key=lambda r: math.inf if id(r) in deprioritized else -matched[id(r)])
+    return [r for r in waiting if id(r) in deprioritized]
+
+
+def _compute_prefix_matches(
+    waiting: list[ServerReq], cache: CacheController, matched: dict[int, int]
+) -> set[int]:
+    """``SchedulePolicy._compute_prefix_matches``: match each waiting request against the cache
+    (its capped match length into ``matched``);
+    one with at most ``IN_BATCH_CHECK`` cached tokens that shares at least ``IN_BATCH_DEPRIORITIZE``
+    tokens with an earlier such request (not itself deprioritised) waits for it, so the shared
+    prefix is computed once. SGLang's in-batch radix tree only has to answer "at least 32 tokens
+    in common", which the first 32 tokens' pages decide (exact for page sizes dividing 32; one
+    page for larger pages)."""
+    p = cache.page_size
+    k = max(1, IN_BATCH_DEPRIORITIZE // p)
+    seen: set[tuple] = set()
+    out: set[int] = set()
+    for r in waiting:
+        # match_kv_cache on the whole prompt ++ outputs (no len - 1 cap here)
+        fill = r.prompt_len + r.num_outputs
+        n_pages = fill // p
+        prefix = cache.touch_prefix(r.pages[:n_pages])
+        matched[id(r)] = min(prefix, fill - 1)
+        if prefix > IN_BATCH_CHECK:
+            continue
+        if n_pages < k:
+            continue  # too short to share IN_BATCH_DEPRIORITIZE tokens with anyone
+        head = tuple(r.pages[:k].tolist())
+        if head in seen:
+            out.add(id(r))
+        else:
+            seen.add(head)
+    return out
 
 
 def running_offset(running: list[ServerReq], new_token_ratio: float) -> float:
@@ -65,6 +108,7 @@ class PrefillBatch:
     reqs: list[ServerReq] = field(default_factory=list)
     admitted: list[ServerReq] = field(default_factory=list)
     chunked: ServerReq | None = None
+    batch_is_full: bool = False
 
 
 class PrefillAdder:
@@ -83,6 +127,7 @@ class PrefillAdder:
         "current_offset",
         "swa_offset",
         "batch",
+        "swa_events",
     )
 
     def __init__(
@@ -107,6 +152,9 @@ class PrefillAdder:
         self.current_offset = 0.0  # cur_rem_token_offset
         self.swa_offset = 0  # SWAPrefillBudget's reservation
         self.batch = PrefillBatch()
+        # SWA budget decisions (chunk capped, blocked, continuation cut), as the scheduler
+        # oracle's pass-through probes count them
+        self.swa_events = [0, 0, 0]
 
     def _reserve(self, extend: int, max_new: int) -> None:
         """``_update_prefill_budget``: charge an admitted extend (page-rounded) to every budget."""
@@ -122,6 +170,11 @@ class PrefillAdder:
     def add_chunked_req(self, req: ServerReq) -> ServerReq | None:
         """``add_chunked_req``: continue the chunked request; returns it while still truncated."""
         new_len, truncated = chunk_continuation(req, self.cache, self.chunked_prefill_size, self.total_offset)
+        if self.chunked_prefill_size > 0:  # the SWA side cut the continuation
+            full_room, swa_room = self.cache.room_tokens()
+            full_only = min(self.chunked_prefill_size, int(full_room - self.total_offset))
+            if full_only > 0 and int(swa_room) - self.page_size < full_only:
+                self.swa_events[2] += 1
         if new_len > 0:
             req.extend_end = req.prefix_len + new_len
             self.batch.reqs.append(req)
@@ -130,30 +183,40 @@ class PrefillAdder:
                 return None
         return req
 
-    def add_waiting(self, waiting: list[ServerReq]) -> PrefillBatch:
+    def add_waiting(self, waiting: list[ServerReq], rows: int | None = None) -> PrefillBatch:
         """Admit from ``waiting`` (already ordered) until a budget runs out; the queue itself is
-        left to the caller."""
+        left to the caller. ``rows``: request rows the batch may take (default: the
+        ``max_running_requests`` room). ``batch.batch_is_full`` tells the scheduler to stop
+        trying (``_get_new_batch_prefill_raw``'s admission loop, managers/scheduler.py)."""
+        if rows is None:
+            rows = self.max_running - self.num_running
+        batch = self.batch
         for req in waiting:
-            if not self._budget_allows_more():
+            if self.budget_state() == OTHER:
                 break
-            if not self.add_one_req(req):
+            if len(batch.reqs) >= rows:
+                batch.batch_is_full = True
                 break
-            if self.batch.chunked is not None:
+            res = self.add_one_req(req)
+            if res != CONTINUE:
+                if res == NO_TOKEN:  # only when something can be served
+                    batch.batch_is_full = bool(batch.reqs) or self.num_running > 0
                 break
-        return self.batch
+        return batch
 
-    def _budget_allows_more(self) -> bool:
-        """``budget_state`` is OTHER and ``max_running_requests`` leaves room."""
+    def budget_state(self) -> str:
+        """``PrefillAdder.budget_state``: NO_TOKEN when a memory budget is spent, OTHER when the
+        input or chunk budget is, else CONTINUE."""
         full_room, swa_room = self.cache.room_tokens()
         if not (
             full_room - self.total_offset > 0
             and full_room - self.current_offset > 0
             and swa_room - self.swa_offset > 0
         ):
-            return False
+            return NO_TOKEN
         if self.rem_input <= 0 or (self.rem_chunk is not None and self.rem_chunk <= 0):
-            return False
-        return len(self.batch.reqs) + self.num_running < self.max_running
+            return OTHER
+        return CONTINUE
 
     def _chunk_limit(
         self, extend: int, max_new: int, probe_swa: int, swa_room: int
@@ -170,11 +233,15 @@ class PrefillAdder:
             headroom = estimate_swa_tokens(0, max_new, None, w, p)
             cap = max(0, int(rem_swa) - headroom) // p * p
             if cap > 0:
+                if cap < chunk_limit:
+                    self.swa_events[0] += 1
                 return True, min(chunk_limit, cap)
+        self.swa_events[1] += 1
         return False, chunk_limit
 
-    def add_one_req(self, req: ServerReq) -> bool:
-        """``PrefillAdder.add_one_req``; False stops the round (NO_TOKEN or a budget ran out)."""
+    def add_one_req(self, req: ServerReq) -> str:
+        """``PrefillAdder.add_one_req``: NO_TOKEN or OTHER when ``req`` is refused, else the
+        budget state after admitting it (which decides whether the next request is tried)."""
         p = self.page_size
         self.cache.match(req)  # init_next_round_input
         max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
@@ -184,19 +251,19 @@ class PrefillAdder:
         probe_full, probe_swa = self.cache.lock_footprint(req)
         full_room, swa_room = self.cache.room_tokens()
         if not extend + max_new + p < full_room - self.total_offset - probe_full:
-            return False
+            return NO_TOKEN
         ok, chunk_limit = self._chunk_limit(extend, max_new, probe_swa, swa_room)
         if not ok:
-            return False  # NO_TOKEN: wait until memory frees up
+            return NO_TOKEN  # wait until memory frees up
         ext_paged = -(-extend // p) * p
         if chunk_limit is None and self.batch.reqs and ext_paged >= self.rem_input:
-            return False
+            return OTHER
         chunked = chunk_limit is not None and ext_paged > chunk_limit
         if chunked:  # truncate to whole pages of the chunk budget
             end = (req.prefix_len + chunk_limit // p * p) // p * p
             extend = end - req.prefix_len
             if extend <= 0:
-                return False
+                return OTHER
         # _commit_prefill_admission
         req.extend_end = req.prefix_len + extend
         self.cache.lock_prefix(req)
@@ -205,4 +272,4 @@ class PrefillAdder:
         self._reserve(extend, 0 if chunked else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
         if chunked:
             self.batch.chunked = req
-        return True
+        return self.budget_state()

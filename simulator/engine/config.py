@@ -47,6 +47,8 @@ class SimConfig:
     # steps it can fast-forward exactly. --enable-overlap-schedule models the overlap (one step
     # late result processing) one forward at a time.
     disable_overlap_schedule: bool = True
+    # SGLANG_ENABLE_WAITING_PREFIX_REFRESH (on by default in SGLang 0.5.23): "on" or "off"
+    waiting_prefix_refresh: str = "on"
     kv_budget_gib: float | None = None
     # HiCache flags (SGLang's names; declared in simulator/cli/server_flags.py).
     hicache: HiCacheArgs = HiCacheArgs()
@@ -61,16 +63,27 @@ class SimConfig:
     request_rate: float | None = None  # override: Poisson arrivals at this rate (req/s)
     think_time_s: float = 0.0  # sessions: delay between a turn's finish and the next turn
     # Admission's view of the outputs. None: bench_multiturn workloads are ignore_eos (as the
-    # script sends them), trace requests stop at EOS. max_new_tokens None: each request's own
-    # output length; a number: the client's max_tokens (at least the output length).
+    # script sends them), trace requests stop at EOS. max_new_tokens "trace": each request's own
+    # (its output length unless the trace says); "context": none sent, SGLang's
+    # context - input - 1; a number N: the client's value (a longer output stops at N). Clipped
+    # at arrival as Scheduler.init_req_max_new_tokens does.
     ignore_eos: bool | None = None
-    max_new_tokens: int | None = None
+    max_new_tokens: str = "trace"
     seed: int = 0
     # --- observability --------------------------------------------------------------------
     log_decode: bool = False
     decode_log_interval: int = 40
     check_invariants: bool = False
     fast_forward: bool = True  # jump quiet decode steps arithmetically (off: one step at a time)
+
+    def max_new_tokens_mode(self) -> str | int:
+        """``max_new_tokens`` parsed: "trace", "context" or a client value N >= 1."""
+        v = str(self.max_new_tokens)
+        if v in ("trace", "context"):
+            return v
+        if v.isdigit() and int(v) >= 1:
+            return int(v)
+        raise ConfigError(f"--max-new-tokens must be trace, context or an integer >= 1, got {v!r}")
 
     def server_args(self, **more: Any) -> ServerArgs:
         """SGLang's pool-sizing flags of this configuration; ``more`` sets the flags SimConfig

@@ -128,7 +128,9 @@ class FastForwardMixin:
                 running_offset(self.running, self.ratio.current),
             )
             if new_len <= 0 or not truncated:
-                break
+                break  # the scheduler's own pass takes the last chunk
+            if self.waiting:  # this chunk's pass orders the queue too (no room depends on it)
+                self._calc_priority()
             req.extend_end = req.prefix_len + new_len
         queued0 = len(self.waiting)
         if t > self.env.now:

@@ -24,6 +24,7 @@ class _Launched:
     start: float
     end: float
     info: tuple
+    chunk: ServerReq | None = None  # the request this prefill batch left mid-prompt
 
 
 class OverlapMixin:
@@ -41,6 +42,8 @@ class OverlapMixin:
         """
         pending: _Launched | None = None
         while True:
+            if self.on_pass is not None:
+                self.on_pass()
             if pending is not None and self.chunked is not None and self.chunked in pending.reqs:
                 # stash_chunked_request: the in-flight chunk is checkpointed when the next batch
                 # is scheduled
@@ -58,12 +61,13 @@ class OverlapMixin:
                 self._process_launched(pending)
             elif launched is None:
                 if self.idle:
+                    self._on_idle()  # no batch in this pass nor the last one
                     self._wakeup = self.env.event()
                     yield self._wakeup
                     self._wakeup = None
                 elif not self.running:
                     self._abort_unservable()
-            pending = launched
+            pending = self.in_flight = launched
 
     def _launch_prefill(self, batch: list[ServerReq], start: float):
         if self.ops is not None:
@@ -75,13 +79,18 @@ class OverlapMixin:
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
         full_used, swa_used = self.cache.used_tokens()
         # the scheduler merges the prefilled requests into the next decode batch right away
+        self._prefill_joins(batch)
         for r in batch:
             if r is not self.chunked:
                 self.running.append(r)
         info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
-        return _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
+        launched = _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
+        launched.chunk = self.chunked if self.chunked in batch else None
+        return launched
 
     def _launch_decode(self, start: float):
+        if self._skip_finishing_inflight():
+            return None
         if self.ops is not None:
             self._begin_step(start)
         batch = self._prepare_decode()
@@ -94,6 +103,24 @@ class OverlapMixin:
         batch = list(batch)
         info = (full_used, swa_used)
         return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)
+
+    def _skip_finishing_inflight(self) -> bool:
+        """``Scheduler.update_running_batch`` under overlap (``_reqs_finishing_inflight``): the
+        requests whose in-flight result commits their last token by length leave the decode
+        batch; True when no decode runs this pass, because none is left or because decode
+        memory is short while such requests exist (their release comes with the result being
+        processed now, so the others decode next pass instead of being retracted)."""
+        pending = self.in_flight
+        if pending is None:
+            return False
+        inflight = set(map(id, pending.reqs))
+        finishing = [r for r in self.running if id(r) in inflight and r.num_outputs + 1 >= r.max_new_tokens]
+        if not finishing:
+            return False
+        gone = set(map(id, finishing))
+        self.running = [r for r in self.running if id(r) not in gone]
+        self.batch_is_full = False
+        return not self.running or not self.cache.check_decode_mem(self.running)
 
     def _stash_chunk(self, req: ServerReq, launched: _Launched) -> None:
         if req.stashed is launched:
@@ -127,7 +154,9 @@ class OverlapMixin:
             )
             self.cache.free_group_begin()
             for r in live:
-                if r.extend_end < r.fill_len:  # a chunk: checkpointed when it was stashed
+                # a chunk (checkpointed when it was stashed); its next chunk may already have
+                # moved extend_end, so the batch remembers which request it left truncated
+                if r is launched.chunk:
                     self._stash_chunk(r, launched)
                     continue
                 r.num_outputs += 1
@@ -144,7 +173,6 @@ class OverlapMixin:
             full_used, swa_used = launched.info
             self.overlap_extra_slots += len(launched.reqs) - len(live)
             self.decode_steps += 1
-            self.ratio.on_decode_steps(1)
             self.obs.on_decode_steps(
                 np.array([t1]),
                 [r.sim for r in launched.reqs],
@@ -161,7 +189,10 @@ class OverlapMixin:
         self._check()
 
     def _finish_overlap(self, r: ServerReq, t: float) -> None:
-        """Release with the slot the next (already launched) decode step took for it."""
+        """Release a request whose finish the step-late result revealed. One that stopped at EOS
+        is already in the next (launched) decode step, which writes its last token's KV: that
+        slot is committed (``kv_committed_len`` = prompt + outputs) and enters the tree with
+        the rest; one finishing by length left that batch (``_reqs_finishing_inflight``)."""
         if r in self.running:
             self.running.remove(r)
-        self._complete(r, t, owned=r.prompt_len + r.num_outputs - 1)
+        self._complete(r, t)

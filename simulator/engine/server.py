@@ -29,7 +29,15 @@ from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
 from simulator.engine.request import SimRequest
-from simulator.engine.server_state import NewTokenRatio, ServerPools, ServerReq, StuckSimulation
+from simulator.engine.server_state import (
+    LPM_FALLBACK_QUEUE_LEN,
+    WAITING_PREFIX_REFRESH_INTERVAL,
+    NewTokenRatio,
+    ServerPools,
+    ServerReq,
+    StuckSimulation,
+    init_req_max_new_tokens,
+)
 from simulator.engine.step_costs import StepCosts
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
@@ -60,6 +68,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.costs = StepCosts(cost_model)
         self.obs = observer or ServerObserver()
         self.overlap = not cfg.disable_overlap_schedule
+        self.max_new_mode = cfg.max_new_tokens_mode()
+        if cfg.waiting_prefix_refresh not in ("on", "off"):
+            raise ConfigError(
+                f"--waiting-prefix-refresh must be on or off, got {cfg.waiting_prefix_refresh!r}"
+            )
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
@@ -90,6 +103,15 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
         self._interrupt_before = -math.inf
         self._next_arrival = math.inf  # the client's announced next submission (open loop)
+        # the step clock (simulator.engine.step_replay): called at the top of every loop pass,
+        # where SGLang calls ingest_requests
+        self.on_pass = None
+        self.batch_is_full = False  # running_batch.batch_is_full
+        self.last_adder: PrefillAdder | None = None
+        self.lpm_deprioritized: list[ServerReq] | None = None  # the last calc_priority's
+        self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
+        self._req_left = False  # a request left the running batch since the last pass
+        self.in_flight = None  # overlap: the launched batch whose results are not processed yet
         self.obs.on_start(
             PoolCapacity(*self.cache.capacity()),
             dict(
@@ -115,21 +137,31 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         cfg = self.cfg
         req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
-        max_new = sim.max_new_tokens or sim.output_len
-        if cfg.max_new_tokens is not None:
-            max_new = max(max_new, cfg.max_new_tokens)
+        mode = self.max_new_mode
+        if mode == "trace":  # the trace's own value, or its output length
+            max_new = sim.max_new_tokens or sim.output_len
+            # the sampling params state it when the client sets it (bench_multiturn sends its
+            # output length with ignore_eos; a trace's own column)
+            stated = sim.ignore_eos or sim.max_new_tokens is not None
+        elif mode == "context":  # none sent: init_req_max_new_tokens takes what the context leaves
+            max_new, stated = 1 << 30, False
+        else:
+            max_new, stated = mode, True
         req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
-        # the sampling params state max_new_tokens when the client sets it (bench_multiturn
-        # sends its output length with ignore_eos; --max-new-tokens; a trace's own column)
-        stated = sim.ignore_eos or sim.max_new_tokens is not None or cfg.max_new_tokens is not None
         rejected = reject_reason(
             sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
         )
         if rejected is not None:
             self._reject(req, rejected)
             return req.done
+        pools = self.pools
+        req.max_new_tokens = init_req_max_new_tokens(
+            max_new, sim.prompt_len, pools.context_length, pools.full_tokens, pools.page_size
+        )
+        if req.max_new_tokens < req.output_len:  # finishes by length at the clipped value
+            req.output_len = max(req.max_new_tokens, 1)
         self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -182,7 +214,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             yield from self._loop_overlap()
             return
         while True:
+            if self.on_pass is not None:
+                self.on_pass()
             if self.idle:
+                self._on_idle()
                 self._wakeup = self.env.event()
                 yield self._wakeup
                 self._wakeup = None
@@ -195,6 +230,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             else:
                 # nothing runs and the head of the queue can never be admitted
                 self._abort_unservable()
+
+    def _on_idle(self) -> None:
+        """``Scheduler.on_idle`` when ``is_fully_idle``: the new-token ratio goes back to its
+        initial value (``new_token_ratio_tracker.reset``, managers/scheduler.py)."""
+        self.ratio.reset()
 
     # ------------------------------------------------------------------ completion
     def _complete(
@@ -215,6 +255,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         (``notify=False``). ``owned`` is ``kv_committed_len`` (overlap's extra slot).
         """
         sim = r.sim
+        self._req_left = True
         if notify:
             sim.finish_s = t
             sim.cached_tokens = r.cached_tokens
@@ -258,30 +299,79 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
 
     # ------------------------------------------------------------------ admission
     def _get_new_batch_prefill(self) -> list[ServerReq]:
-        """``Scheduler._get_new_batch_prefill_raw``: the chunked request's next chunk first,
-        then the waiting queue in ``calc_priority`` order, through one ``PrefillAdder``."""
-        if not self.waiting and self.chunked is None:
+        """``Scheduler.get_next_batch_to_run`` up to ``_get_new_batch_prefill_raw``: stash the
+        chunk, the ``batch_is_full`` resets and early returns, ``calc_priority``, then the
+        chunked request's next chunk and the waiting queue through one ``PrefillAdder``."""
+        chunked = self.chunked
+        if chunked is not None and not self.overlap and chunked.extend_end > chunked.prefix_len:
+            self._stash_chunked(chunked)
+        # batch_is_full: hybrid SWA clears it every pass; an empty batch or a request that left
+        # clears it too; a full-attention model otherwise keeps it (scheduler.py 3949-4096)
+        if self._req_left or self.pools.hybrid or not self.running:
+            self.batch_is_full = False
+        self._req_left = False
+        if (self.batch_is_full or not self.waiting) and chunked is None:
             return []
-        if len(self.running) >= self.pools.max_running_requests and self.chunked is None:
+        max_running = self.pools.max_running_requests
+        rows = max_running - len(self.running)  # get_num_allocatable_reqs
+        if rows <= 0 and chunked is None:
+            self.batch_is_full = True
             return []
+        self._calc_priority()
         adder = PrefillAdder(
             self.cache,
-            max_running=self.pools.max_running_requests,
+            max_running=max_running,
             chunked_prefill_size=self.pools.chunked_prefill_size,
             max_prefill_tokens=self.cfg.max_prefill_tokens,
             running=self.running,
             new_token_ratio=self.ratio.current,
         )
-        if self.chunked is not None:
-            self.chunked = adder.add_chunked_req(self.chunked)
-            if self.chunked is not None:
-                return adder.batch.reqs
-        calc_priority(self.waiting, self.cfg.schedule_policy, self.cache)
-        batch = adder.add_waiting(self.waiting)
-        for req in batch.admitted:
-            self.waiting.remove(req)
-        self.chunked = batch.chunked
+        self.last_adder = adder
+        if chunked is not None:
+            self.chunked = adder.add_chunked_req(chunked)
+            if not adder.batch.reqs:
+                rows -= 1  # the parked chunk keeps its request row
+        batch = adder.add_waiting(self.waiting, rows)
+        if batch.batch_is_full:
+            self.batch_is_full = True
+        if batch.admitted:
+            taken = set(map(id, batch.admitted))
+            self.waiting = [r for r in self.waiting if id(r) not in taken]
+        if batch.chunked is not None:
+            self.chunked = batch.chunked
         return batch.reqs
+
+    def _stash_chunked(self, req: ServerReq) -> None:
+        """``Scheduler.stash_chunked_request``: the last chunk's KV enters the tree when the
+        next batch is scheduled, not when its result is processed."""
+        self.cache.free_group_begin()
+        self.cache.checkpoint(req, req.extend_end, finished=False)
+        req.prefix_len = req.extend_end
+        self.cache.free_group_end()
+
+    def _calc_priority(self) -> None:
+        """``SchedulePolicy.calc_priority`` on the waiting queue, then the waiting-prefix
+        refresh (``SchedulePolicy._touch_waiting_prefixes``, schedule_policy.py): under a
+        cache-agnostic policy (FCFS, or LPM above 128 waiting) with LRU eviction, the first
+        qualifying pass and every 32nd after it bump the LRU recency of the cached prefixes of
+        the first 128 waiting requests, head last, so that eviction spares them."""
+        waiting = self.waiting
+        cfg = self.cfg
+        self.lpm_deprioritized = calc_priority(waiting, cfg.schedule_policy, self.cache)
+        if (
+            not waiting
+            or cfg.waiting_prefix_refresh != "on"
+            or cfg.radix_eviction_policy != "lru"
+            or (cfg.schedule_policy == "lpm" and len(waiting) <= LPM_FALLBACK_QUEUE_LEN)
+        ):
+            return
+        calls = self.refresh_calls
+        self.refresh_calls = calls + 1
+        if calls % WAITING_PREFIX_REFRESH_INTERVAL:
+            return
+        cache, p = self.cache, self.page_size
+        for r in reversed(waiting[:LPM_FALLBACK_QUEUE_LEN]):  # touch_waiting_prefix
+            cache.touch_prefix(r.pages[: (r.prompt_len + r.num_outputs) // p])
 
     # ------------------------------------------------------------------ prefill
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
@@ -325,11 +415,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             len(self.running),
             len(self.waiting),
         )
+        self._prefill_joins(batch)
         self.cache.free_group_begin()
         for r in batch:
-            if r is self.chunked:  # stash_chunked_request: checkpoint the chunk, stay chunked
-                self.cache.checkpoint(r, r.extend_end, finished=False)
-                r.prefix_len = r.extend_end
+            if r is self.chunked:  # checkpointed when the next batch is scheduled
                 continue
             r.num_outputs += 1
             sim = r.sim
@@ -344,6 +433,13 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 self.running.append(r)
         self.cache.free_group_end()
         self._check()
+
+    def _prefill_joins(self, batch: list[ServerReq]) -> None:
+        """``get_next_batch_to_run`` merging a prefill batch: the chunk leaves it, and into an
+        empty running batch the prefill batch itself becomes the running batch; either way the
+        next pass starts with ``batch_is_full`` cleared."""
+        if not self.running or self.chunked in batch:
+            self._req_left = True
 
     # ------------------------------------------------------------------ decode
     def _retract(self) -> None:
@@ -369,8 +465,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
             last = self.running[order.pop()]
             aborted.append(last)
-        keep = set(order)
-        self.running = [r for i, r in enumerate(self.running) if i in keep]
+        # filter_batch(keep_indices=sorted_indices): the batch keeps the retraction order
+        self.running = [self.running[i] for i in order]
+        self.batch_is_full = False
         before = self.ratio.current
         decoded = sum(r.num_outputs for r in self.running)
         max_new = sum(r.max_new_tokens for r in self.running)
@@ -394,6 +491,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             batch = self.running
             if not batch:
                 return None
+        else:
+            self.ratio.on_decode_steps(1)  # decay_step: only in the branch without retraction
         ctx = self.cache.decode_context(self.forward_ct)
         self.cache.free_group_begin()
         for r in batch:  # ScheduleBatch.maybe_evict_swa
@@ -425,7 +524,6 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
-        self.ratio.on_decode_steps(1)
         self.obs.on_decode_steps(
             np.array([self.env.now]),
             [r.sim for r in batch],

@@ -13,9 +13,23 @@ from simulator.request_kv import ReqKV
 
 CLIP_MAX_NEW_TOKENS = 4096  # SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION
 LPM_FALLBACK_QUEUE_LEN = 128  # schedule_policy: LPM -> FCFS above this many waiting requests
+WAITING_PREFIX_REFRESH_INTERVAL = 32  # schedule_policy: passes between waiting-prefix refreshes
 INIT_NEW_TOKEN_RATIO = 0.7
 MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
 NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+def init_req_max_new_tokens(
+    max_new_tokens: int, prompt_len: int, context_length: int | None, full_tokens: int, page_size: int
+) -> int:
+    """``Scheduler.init_req_max_new_tokens`` (managers/scheduler.py): clip at arrival to what the
+    context leaves (``max_req_len - input - 1``, ``max_req_len = min(context - 1, pool - 1)`` as
+    ``TpModelWorker.get_worker_info``) and to the empty-pool budget
+    (``max_new_tokens_for_memory``, mem_cache/allocator/base.py)."""
+    max_req_len = full_tokens - 1 if context_length is None else min(context_length - 1, full_tokens - 1)
+    max_new = max(0, min(max_new_tokens, max_req_len - prompt_len - 1))
+    paged_input = -(-prompt_len // page_size) * page_size
+    return max(0, min(max_new, full_tokens - paged_input - page_size - 1))
 
 
 class StuckSimulation(KvplanError):
@@ -63,6 +77,10 @@ class NewTokenRatio:
         self.current = init
         self.minimum = init * MIN_NEW_TOKEN_RATIO_FACTOR
         self.decay = (init - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
+
+    def reset(self) -> None:
+        """``NewTokenRatioTracker.reset``: back to the initial ratio (an idle server)."""
+        self.current = min(INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
 
     def on_decode_steps(self, steps: int) -> None:
         self.current = max(self.current - self.decay * steps, self.minimum)

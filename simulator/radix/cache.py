@@ -135,6 +135,11 @@ class SWACacheController(ABC):
         req.last_node = result.last_node
         req.swa_branching_seqlen = result.swa_branching_seqlen
 
+    def touch_prefix(self, pages: np.ndarray) -> int:
+        """``touch_prefix`` / an uncapped ``match_kv_cache``: the tree walk of ``pages`` (bumps
+        LRU recency, may split a node); the device match length in tokens."""
+        return self.tree.match_prefix(pages).device_prefix_len
+
     def lock_prefix(self, req: ReqKV) -> None:
         """``PrefillAdder._commit_prefill_admission``: ``req.lock = tree.lock(req.last_node)``."""
         req.lock = self.tree.lock(req.last_node)

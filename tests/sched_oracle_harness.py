@@ -1,0 +1,152 @@
+"""Client side of the SGLang scheduler oracle, and the generated workloads it is fed.
+
+``tests/sched_oracle_worker.py`` runs SGLang 0.5.23's own event loop (``drive_scheduler.py``)
+in the oracle venv; :class:`SchedOracle` keeps one worker per refresh setting alive, sends it
+workloads and returns the oracle's lines. :func:`kvplan_lines` replays the same workload through
+``kvplan step-replay``'s engine side, and :func:`first_differences` compares every step key and
+every request key.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.oracle_harness import oracle_dir, oracle_python
+
+WORKER = Path(__file__).resolve().with_name("sched_oracle_worker.py")
+
+
+class SchedOracle:
+    """One long-lived scheduler-oracle worker for one refresh setting."""
+
+    def __init__(self, refresh: str = "on", timeout_s: float = 600.0) -> None:
+        self.proc = subprocess.Popen(
+            [
+                str(oracle_python("0.5.23")),
+                str(WORKER),
+                "--oracle-dir",
+                str(oracle_dir()),
+                "--refresh",
+                refresh,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        ready = json.loads(self.proc.stdout.readline() or "{}")
+        if not ready.get("ready"):
+            raise RuntimeError("scheduler oracle worker did not start")
+        self.n = 0
+
+    def run(self, rows: list[dict], flags: list[str]) -> dict:
+        """The oracle's answer for one workload: ``{"ok", "rc", "lines"}`` or an error."""
+        self.n += 1
+        self.proc.stdin.write(json.dumps({"id": self.n, "rows": rows, "flags": flags}) + "\n")
+        self.proc.stdin.flush()
+        return json.loads(self.proc.stdout.readline())
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=30)
+
+
+def knob_flags(knobs: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(oracle flags, kvplan step-replay flags) for one configuration."""
+    names = {
+        "page_size": ("--page-size", "--page-size"),
+        "full_tokens": ("--full-size", "--full-tokens"),
+        "swa_tokens": ("--swa-size", "--swa-tokens"),
+        "window": ("--window", "--window"),
+        "max_running_requests": ("--max-running-requests", "--max-running-requests"),
+        "chunked_prefill_size": ("--chunked-prefill-size", "--chunked-prefill-size"),
+        "schedule_policy": ("--schedule-policy", "--schedule-policy"),
+        "session_gap": ("--session-gap", "--session-gap"),
+        "context_length": ("--max-context-len", "--context-length"),
+    }
+    oracle, kv = [], []
+    for k, v in knobs.items():
+        if k in names:
+            oracle += [names[k][0], str(v)]
+            kv += [names[k][1], str(v)]
+    if knobs.get("no_swa"):
+        oracle.append("--no-swa")
+        kv.append("--no-swa")
+    if knobs.get("disable_overlap_schedule"):
+        oracle.append("--disable-overlap-schedule")
+        kv.append("--disable-overlap-schedule")
+    if knobs.get("ignore_eos") is False:
+        oracle.append("--no-ignore-eos")
+        kv.append("--no-ignore-eos")
+    return oracle, kv
+
+
+def kvplan_lines(rows: list[dict], knobs: dict[str, Any]) -> list[dict]:
+    """kvplan's step, request and run lines for ``rows`` (``kvplan step-replay --json``)."""
+    from simulator.engine.step_replay import run_lines
+    from simulator.engine.step_workload import StepKnobs
+
+    kw = {k: v for k, v in knobs.items() if k in StepKnobs.__dataclass_fields__}
+    return run_lines(rows, StepKnobs(**kw))
+
+
+def first_differences(oracle: list[dict], ours: list[dict], limit: int = 5) -> list[str]:
+    """The first ``limit`` differences on step keys and request keys (every key both print)."""
+    out: list[str] = []
+    for kind in ("step", "request"):
+        a = [x for x in oracle if x["type"] == kind]
+        b = [x for x in ours if x["type"] == kind]
+        if len(a) != len(b):
+            out.append(f"{kind} lines: oracle {len(a)}, kvplan {len(b)}")
+        for x, y in zip(a, b, strict=False):
+            keys = sorted(set(x) | set(y))
+            diff = {k: (x.get(k), y.get(k)) for k in keys if x.get(k) != y.get(k)}
+            if diff:
+                where = x.get("step", x.get("rid"))
+                out.append(f"{kind} {where}: {diff}")
+                if len(out) >= limit:
+                    return out
+    return out
+
+
+def generate(seed: int, n: int = 24, vocab: int = 5000, style: str = "mixed") -> list[dict]:
+    """A workload exercising sessions, shared prefixes, long prompts (chunking), bursts and
+    tight memory (retraction): deterministic in ``seed``. ``style`` "idle": three bursts 400
+    steps apart (the server idles between them); "eos": half the rows stop at EOS well before a
+    larger ``max_new_tokens`` (reservations the ratio discounts, NO_TOKEN under pressure)."""
+    rng = random.Random(seed)
+    systems = [[rng.randrange(vocab) for _ in range(rng.randint(20, 300))] for _ in range(3)]
+    rows: list[dict] = []
+    sessions = max(1, n // 4)
+    history: dict[int, list[int]] = {}
+    for i in range(n):
+        s = rng.randrange(sessions)
+        prev = history.get(s)
+        if prev is None:
+            base = list(rng.choice(systems)) if rng.random() < 0.6 else []
+        else:
+            base = prev
+        new = [rng.randrange(vocab) for _ in range(rng.choice([5, 30, 120, 400, 900]))]
+        prompt = (base + new)[-1500:]
+        out = [rng.randrange(vocab) for _ in range(rng.randint(1, 120))]
+        arrival = rng.choice([0, 0, rng.randint(0, 60), rng.randint(0, 300)])
+        if style == "idle":
+            arrival = 400 * (i * 3 // n) + rng.randint(0, 20)
+        row: dict[str, Any] = {
+            "rid": f"r{i}",
+            "input_ids": prompt,
+            "output_ids": out,
+            "arrival_step": arrival,
+        }
+        if style == "eos" and rng.random() < 0.5:
+            row.update(max_new_tokens=len(out) + rng.randint(50, 400), ignore_eos=False)
+        if rng.random() < 0.5:
+            row["session"] = f"s{s}"
+            history[s] = prompt + out
+        rows.append(row)
+    return rows
