@@ -56,13 +56,15 @@ class HiCacheReplayConfig:
     def host_capacities(self) -> tuple[int, int]:
         """(FULL, SWA) host pool tokens: ``HostKVCache.__init__`` via
         :func:`simulator.sizing.hicache.host_tokens`; ``--hicache-size`` split by device pool
-        bytes (``hybrid_pool_assembler.py:_split_hicache_size``)."""
+        bytes (``hybrid_pool_assembler.py:_split_hicache_size``: ``get_kv_size_bytes`` of each
+        device pool, whose buffers hold one padding page beyond the allocator size)."""
         per_layer = 2 * self.head_dim * self.head_num * self.dtype_bytes
         full_pt = per_layer * self.full_layers
         swa_pt = per_layer * (self.layers - self.full_layers)
         full_share = swa_share = 0.0
         if self.hicache_size > 0:
-            fb, sb = self.full_tokens * full_pt, self.swa_tokens * swa_pt
+            p = self.page_size
+            fb, sb = (self.full_tokens + p) * full_pt, (self.swa_tokens + p) * swa_pt
             full_share = self.hicache_size * fb / (fb + sb)
             swa_share = self.hicache_size * sb / (fb + sb)
         p, r = self.page_size, self.hicache_ratio
