@@ -28,13 +28,14 @@ class HiPools:
         return min(self.full_tokens // 2, self.swa_tokens - self.window - 4 * p) // p * p
 
 
-def hicache_workload(pools: HiPools, seed: int) -> list[dict]:
-    """Requests ``{rid, input_ids, output_ids}`` in serving order."""
+def hicache_workload(pools: HiPools, seed: int, max_conv: int = 8) -> list[dict]:
+    """Requests ``{rid, input_ids, output_ids}`` in serving order (3 to ``max_conv``
+    conversations)."""
     rng = random.Random(seed)
     vocab = rng.choice([5, 1000, 32000])
     cap = pools.max_prompt
     systems = [[rng.randrange(vocab) for _ in range(rng.randint(8, cap // 4))] for _ in range(rng.randint(1, 3))]
-    n_conv = rng.randint(3, 8)
+    n_conv = rng.randint(3, max_conv)
     convs = []
     for c in range(n_conv):
         prompt = list(rng.choice(systems)) if rng.random() < 0.8 else []

@@ -31,7 +31,7 @@ N_WORKLOADS = int(os.environ.get("KVPLAN_HICACHE_WORKLOADS", "30"))
 POOLS = {
     1: HiPools(1, 1024, 512, 64),
     16: HiPools(16, 1024, 512, 64),
-    64: HiPools(64, 4096, 1536, 80),
+    64: HiPools(64, 1024, 768, 80),
 }
 
 SHORT_KEYS = ("rid", "prompt_len", "device_prefix_len", "host_hit_len", "swa_host_hit_len", "host_loaded_len", "prefix_len")
@@ -47,6 +47,7 @@ class L2Config:
     page: int
     eviction: str = "lru"
     size_gb: float = 0.0
+    max_conv: int = 8  # more conversations where the host pool is large
 
     @property
     def id(self) -> str:
@@ -86,10 +87,10 @@ class L2Config:
 CI_CONFIGS = [
     L2Config("write_through", 2, 1),
     L2Config("write_through", 1, 16),
-    L2Config("write_through", 4, 64),
+    L2Config("write_through", 4, 64, max_conv=14),
     L2Config("write_through", 2, 64, eviction="lfu"),
     L2Config("write_through_selective", 2, 1),
-    L2Config("write_through_selective", 3, 16),
+    L2Config("write_through_selective", 3, 16, max_conv=20),
     L2Config("write_back", 2, 1),
     L2Config("write_back", 2, 16),
     L2Config("write_through", 2, 16, size_gb=0.0002),
@@ -178,7 +179,7 @@ def run_config(oracle: HiCacheOracle, cfg: L2Config, seeds: range) -> Counter:
     pools = POOLS[cfg.page]
     total: Counter = Counter()
     for seed in seeds:
-        reqs = hicache_workload(pools, seed)
+        reqs = hicache_workload(pools, seed, cfg.max_conv)
         o = oracle.run(reqs, cfg.oracle_args(pools))
         assert not o["errors"], o["errors"][:3]
         workload = requests_from_tokens([(r["rid"], r["input_ids"], r["output_ids"]) for r in reqs], pools.page_size)
@@ -205,3 +206,30 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
 @pytest.mark.parametrize("cfg", SLOW_CONFIGS, ids=[c.id for c in SLOW_CONFIGS])
 def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config) -> None:
     run_config(hicache_oracle, cfg, range(int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200"))))
+
+
+@pytest.mark.parametrize("cfg", [CI_CONFIGS[1], CI_CONFIGS[6], CI_CONFIGS[8]], ids=lambda c: c.id)
+def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, tmp_path) -> None:
+    """``kvplan cache-replay --enable-hierarchical-cache --json`` with SGLang's flag names prints
+    the oracle's short-form records and counts."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli.main import app
+
+    pools = POOLS[cfg.page]
+    reqs = hicache_workload(pools, 1000 + cfg.page)
+    path = tmp_path / "w.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in reqs))
+    args = ["cache-replay", str(path), "--enable-hierarchical-cache", "--json", "--check-invariants"]
+    args += ["--page-size", str(pools.page_size), "--full-tokens", str(pools.full_tokens)]
+    args += ["--swa-tokens", str(pools.swa_tokens), "--window", str(pools.window)]
+    args += ["--hicache-write-policy", cfg.policy, "--hicache-ratio", str(cfg.ratio)]
+    args += ["--hicache-size", str(cfg.size_gb), "--radix-eviction-policy", cfg.eviction]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
+    sim = dict(requests=rows[:-1], counts=rows[-1]["summary"]["counts"])
+    sim["hicache"] = {k: rows[-1]["summary"][k] for k in ("host_full_capacity", "host_swa_capacity")}
+    assert not compare(hicache_oracle.run(reqs, cfg.oracle_args(pools)), sim)
