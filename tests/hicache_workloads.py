@@ -34,7 +34,9 @@ def hicache_workload(pools: HiPools, seed: int, max_conv: int = 8) -> list[dict]
     rng = random.Random(seed)
     vocab = rng.choice([5, 1000, 32000])
     cap = pools.max_prompt
-    systems = [[rng.randrange(vocab) for _ in range(rng.randint(8, cap // 4))] for _ in range(rng.randint(1, 3))]
+    systems = [
+        [rng.randrange(vocab) for _ in range(rng.randint(8, cap // 4))] for _ in range(rng.randint(1, 3))
+    ]
     n_conv = rng.randint(3, max_conv)
     convs = []
     for c in range(n_conv):
@@ -49,7 +51,9 @@ def hicache_workload(pools: HiPools, seed: int, max_conv: int = 8) -> list[dict]
             answer = [rng.randrange(vocab) for _ in range(answer_len)]
             turns.append((f"c{c}t{t}", list(prompt), answer))
             if rng.random() < 0.1:  # regenerate: the same prompt again
-                turns.append((f"c{c}t{t}r", list(prompt), [rng.randrange(vocab) for _ in range(rng.randint(1, 20))]))
+                turns.append(
+                    (f"c{c}t{t}r", list(prompt), [rng.randrange(vocab) for _ in range(rng.randint(1, 20))])
+                )
             prompt = prompt + answer
         convs.append(turns)
     order = rng.choice(["turn", "turn", "shuffle", "conv"])

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hicache_workloads import HiPools, hicache_workload
+from oracle_harness import OracleProcess, oracle_missing_reason
 
 from simulator.cache_replay import requests_from_tokens
 from simulator.radix.hicache_replay import AFTER_KEYS, HiCacheReplayConfig, replay_hicache
-from hicache_workloads import HiPools, hicache_workload
-from oracle_harness import OracleProcess, oracle_missing_reason
 
 pytestmark = pytest.mark.oracle
 
@@ -34,7 +34,15 @@ POOLS = {
     64: HiPools(64, 1024, 768, 80),
 }
 
-SHORT_KEYS = ("rid", "prompt_len", "device_prefix_len", "host_hit_len", "swa_host_hit_len", "host_loaded_len", "prefix_len")
+SHORT_KEYS = (
+    "rid",
+    "prompt_len",
+    "device_prefix_len",
+    "host_hit_len",
+    "swa_host_hit_len",
+    "host_loaded_len",
+    "prefix_len",
+)
 TIER_KEYS = ("cached_tokens", "cached_tokens_device", "cached_tokens_host")
 
 
@@ -182,7 +190,9 @@ def run_config(oracle: HiCacheOracle, cfg: L2Config, seeds: range) -> Counter:
         reqs = hicache_workload(pools, seed, cfg.max_conv)
         o = oracle.run(reqs, cfg.oracle_args(pools))
         assert not o["errors"], o["errors"][:3]
-        workload = requests_from_tokens([(r["rid"], r["input_ids"], r["output_ids"]) for r in reqs], pools.page_size)
+        workload = requests_from_tokens(
+            [(r["rid"], r["input_ids"], r["output_ids"]) for r in reqs], pools.page_size
+        )
         k = replay_hicache(workload, cfg.kvplan(pools))
         diffs = compare(o, k)
         assert not diffs, f"{cfg.id} seed {seed}: {len(diffs)} differences, first: {diffs[:8]}"

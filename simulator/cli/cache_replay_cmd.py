@@ -73,7 +73,9 @@ def cache_replay(
     full_layers: Annotated[int, typer.Option("--full-layers", help="full-attention layers")] = 1,
     head_num: Annotated[int, typer.Option("--head-num", help="KV heads per layer")] = 1,
     head_dim: Annotated[int, typer.Option("--head-dim", help="head dimension")] = 4,
-    dtype: Annotated[str, typer.Option("--dtype", help="KV dtype: float32, bfloat16, float16, ...")] = "float32",
+    dtype: Annotated[
+        str, typer.Option("--dtype", help="KV dtype: float32, bfloat16, float16, ...")
+    ] = "float32",
     *,
     server: dict[str, Any],
 ) -> None:
@@ -88,7 +90,9 @@ def cache_replay(
         from simulator.cli.cache_replay_hicache import run_hicache_replay
 
         geometry = dict(layers=layers, full_layers=full_layers, head_num=head_num, head_dim=head_dim)
-        hicache = dict(write_policy=hicache_write_policy, hicache_ratio=hicache_ratio, hicache_size=hicache_size)
+        hicache = dict(
+            write_policy=hicache_write_policy, hicache_ratio=hicache_ratio, hicache_size=hicache_size
+        )
         pools = dict(page_size=page_size, full_tokens=full_tokens, swa_tokens=swa_tokens, window=window)
         requests = workload_from_trace(workload, page_size, limit)
         run_hicache_replay(requests, server, pools, hicache, geometry, dtype, as_json, workload)

@@ -22,7 +22,14 @@ DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "f
 
 
 def run_hicache_replay(
-    requests, server: dict[str, Any], pools: dict, hicache: dict, geometry: dict, dtype: str, as_json: bool, path: Path
+    requests,
+    server: dict[str, Any],
+    pools: dict,
+    hicache: dict,
+    geometry: dict,
+    dtype: str,
+    as_json: bool,
+    path: Path,
 ) -> None:
     if dtype not in DTYPE_BYTES:
         raise ConfigError(f"unknown --dtype {dtype!r}; choose one of: {', '.join(DTYPE_BYTES)}")
@@ -54,7 +61,10 @@ def summarize(result: dict) -> dict:
     """Totals as the oracle reports them, the host capacities and the non-zero counts."""
     recs = result["requests"]
     prompt = sum(r["prompt_len"] for r in recs)
-    total = {k: sum(r[k] for r in recs) for k in ("device_prefix_len", "host_hit_len", "host_loaded_len", "prefix_len")}
+    total = {
+        k: sum(r[k] for r in recs)
+        for k in ("device_prefix_len", "host_hit_len", "host_loaded_len", "prefix_len")
+    }
     return dict(
         requests=len(recs),
         total_prompt_tokens=prompt,

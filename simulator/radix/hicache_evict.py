@@ -13,6 +13,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 
+from simulator.memory_ops import OpKind
 from simulator.radix.hicache_node import HNode
 from simulator.radix.unified import EvictResult
 
@@ -34,8 +35,8 @@ class HiCacheEvict:
             if self._tracking_unbacked and not node.full_host:
                 self._unbacked_tokens += freed
         if host and node.full_host:
-            self.host_full.release(node.length)
-            node.full_host = False
+            self.host_full.release(node.length, node.fh_ids)
+            node.full_host, node.fh_ids = False, None
             if tracker is not None and not device:
                 tracker["full"] += node.length
         return freed
@@ -51,8 +52,8 @@ class HiCacheEvict:
                 tracker["swa"] += node.length
         host_freed = 0
         if host and node.swa_host:
-            self.host_swa.release(node.length)
-            node.swa_host = False
+            self.host_swa.release(node.length, node.sh_ids)
+            node.swa_host, node.sh_ids = False, None
             host_freed = node.length
             if self.swa_host_lru.in_list(node):
                 self.swa_host_lru.remove(node)
@@ -105,6 +106,7 @@ class HiCacheEvict:
     def _demote(self, node: HNode, tracker: Counter) -> None:
         """``utc._demote``: free the device KV of a backed-up D-leaf; the node stays host-only."""
         assert node.full and node.full_host
+        self.host_full.record(OpKind.DEMOTE, node.fh_ids)
         self._evict_full(node, True, False, tracker)
         if node.swa:  # _cascade_evict: SWA (lower priority) follows FULL
             assert node.swa_lock == 0
@@ -296,12 +298,12 @@ class HiCacheEvict:
         """``utc._evict_host_leaf``: every component's host value, then the node."""
         assert self._is_host_leaf(node), node
         if node.full_host:
-            self.host_full.release(node.length)
-            node.full_host = False
+            self.host_full.release(node.length, node.fh_ids)
+            node.full_host, node.fh_ids = False, None
             tracker["full"] += node.length
         if node.swa_host:
-            self.host_swa.release(node.length)
-            node.swa_host = False
+            self.host_swa.release(node.length, node.sh_ids)
+            node.swa_host, node.sh_ids = False, None
             tracker["swa"] += node.length
             if self.swa_host_lru.in_list(node):
                 self.swa_host_lru.remove(node)
@@ -351,8 +353,8 @@ class HiCacheEvict:
                     continue
                 if node.wt_pending is not None or node.lb_pending is not None or node.full_host_lock:
                     continue
-                self.host_full.release(node.length)
-                node.full_host = False
+                self.host_full.release(node.length, node.fh_ids)
+                node.full_host, node.fh_ids = False, None
                 tracker["full"] += node.length
                 swept.append(node.id)
         for nid in swept:

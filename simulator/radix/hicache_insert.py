@@ -76,7 +76,9 @@ class HiCacheInsert:
         node.hit_count += 1
         return not node.full_host and node.hit_count >= self.write_through_threshold
 
-    def _should_backup_after_insert(self, target: HNode, new_leaf: bool, total: int, inserted_len: int) -> bool:
+    def _should_backup_after_insert(
+        self, target: HNode, new_leaf: bool, total: int, inserted_len: int
+    ) -> bool:
         """``utc._should_backup_after_insert``: a new leaf by hit count, an existing backed-up
         target when its SWA window has device-only nodes (incremental SWA backup)."""
         if self.is_write_back or target is self.root:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.errors import ConfigError
+from simulator.memory_ops import MemoryOp, OpKind
 
 
 class HNode:
@@ -52,6 +53,8 @@ class HNode:
         "h_next",
         "in_d",
         "in_h",
+        "fh_ids",
+        "sh_ids",
     )
 
     def __init__(self, node_id: int, key: np.ndarray, length: int, priority: int = 0) -> None:
@@ -73,6 +76,9 @@ class HNode:
         self.lb_pending: int | None = None
         self.d_prev = self.d_next = self.h_prev = self.h_next = None
         self.in_d = self.in_h = False
+        # host page ids of the FULL / SWA host values, only while recording memory ops
+        self.fh_ids: np.ndarray | None = None
+        self.sh_ids: np.ndarray | None = None
 
     def __lt__(self, other: HNode) -> bool:  # UnifiedTreeNode.__lt__: heap tie-break
         return self.last_access_time < other.last_access_time
@@ -147,17 +153,26 @@ class HLRU:
         return self.prev_unlocked(self.tail)
 
 
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
 @dataclass
 class HostPool:
-    """``HostKVCache`` free-slot accounting of one host pool, in tokens (page-granular)."""
+    """``HostKVCache`` free-slot accounting of one host pool, in tokens (page-granular).
+
+    While recording (``recorder`` set), allocations and frees are BACKUP_D2H / HOST_FREE
+    records on host page ids (:class:`simulator.kv_pages.HostPageState`); ``pool`` is the
+    records' pool index (0 FULL, 1 SWA)."""
 
     capacity: int
     page_size: int
+    pool: int = 0
 
     def __post_init__(self) -> None:
         if self.capacity <= 0 or self.capacity % self.page_size:
             raise ConfigError(f"host pool of {self.capacity} tokens is not whole pages of {self.page_size}")
         self.free = self.capacity
+        self.recorder = None
 
     def available_size(self) -> int:
         return self.free
@@ -165,17 +180,30 @@ class HostPool:
     def used(self) -> int:
         return self.capacity - self.free
 
-    def alloc(self, n: int) -> bool:
-        """``HostKVCache.alloc``: all or nothing."""
+    def alloc(self, n: int) -> np.ndarray | None:
+        """``HostKVCache.alloc``: all or nothing; the host page ids (empty unless recording)
+        or None."""
         assert n % self.page_size == 0, n
         if n > self.free:
-            return False
+            return None
         self.free -= n
-        return True
+        if self.recorder is None or n == 0:
+            return _NO_IDS
+        op = self.recorder.apply(
+            MemoryOp(OpKind.BACKUP_D2H, self.recorder.step, "", count=n // self.page_size, bound=self.pool)
+        )
+        return op.full
 
-    def release(self, n: int) -> None:
+    def release(self, n: int, ids: np.ndarray | None = None) -> None:
         self.free += n
         assert self.free <= self.capacity, "host pool over-freed"
+        if self.recorder is not None and ids is not None and len(ids):
+            self.recorder.apply(MemoryOp(OpKind.HOST_FREE, self.recorder.step, "", full=ids, bound=self.pool))
+
+    def record(self, kind: OpKind, ids: np.ndarray | None) -> None:
+        """A LOAD_H2D or DEMOTE record of host pages that stay allocated (recording only)."""
+        if self.recorder is not None and ids is not None and len(ids):
+            self.recorder.apply(MemoryOp(kind, self.recorder.step, "", full=ids, bound=self.pool))
 
 
 @dataclass

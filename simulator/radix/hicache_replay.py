@@ -46,6 +46,8 @@ class HiCacheReplayConfig:
     head_dim: int = 4
     dtype_bytes: int = 4
     check_invariants: bool = False
+    # record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) on host page ids
+    record_ops: bool = False
 
     def __post_init__(self) -> None:
         if self.window + self.page_size >= self.swa_tokens:
@@ -105,7 +107,9 @@ class HiCacheController(UnifiedSWACache):
             best = req.best_match_node
             host = tree.host_lock(best)  # _lock_node(best_match_node, lock_host=True)
             dev = tree.lock(best)
-            loaded, last = tree.init_load_back(best, req.last_node, req.host_hit_length, req.swa_host_hit_length)
+            loaded, last = tree.init_load_back(
+                best, req.last_node, req.host_hit_length, req.swa_host_hit_length
+            )
             tree.unlock(dev)
             tree.host_unlock(host)
             if 0 < loaded < req.host_hit_length:
@@ -136,6 +140,7 @@ def replay_hicache(workload: Sequence, cfg: HiCacheReplayConfig) -> dict:
     """Serve ``workload`` (:class:`~simulator.cache_replay.WorkloadRequest`) in order; the
     oracle's short-form records and ``counts``."""
     cache = build_hicache(cfg)
+    ops = cache.tree.start_recording() if cfg.record_ops else None
     swa_policy = make_swa_eviction(cfg.swa_eviction)
     state = {"forward": 0}
     records = [_serve(cache, swa_policy, w, cfg, state) for w in workload]
@@ -144,10 +149,13 @@ def replay_hicache(workload: Sequence, cfg: HiCacheReplayConfig) -> dict:
     return dict(
         requests=records,
         counts=dict(cache.tree.counts),
-        hicache=dict(host_full_capacity=cache.tree.host_full.capacity, host_swa_capacity=cache.tree.host_swa.capacity),
+        hicache=dict(
+            host_full_capacity=cache.tree.host_full.capacity, host_swa_capacity=cache.tree.host_swa.capacity
+        ),
         final_sizes=cache.sizes(),
         tree=cache.tree.stats(),
         config=asdict(cfg),
+        ops=ops,
     )
 
 

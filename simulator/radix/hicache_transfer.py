@@ -20,6 +20,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from simulator.memory_ops import OpKind
 from simulator.radix.hicache_node import HNode, HostLockReceipt
 from simulator.request_kv import LockReceipt
 
@@ -91,18 +94,21 @@ class HiCacheTransfer:
         chain.reverse()
         return chain
 
-    def _alloc_host(self, full_tokens: int, swa_tokens: int) -> bool:
+    def _alloc_host(self, full_tokens: int, swa_tokens: int):
         """``HybridCacheController.allocate_host_transfers``: FULL slots, then SWA slots with
-        one reclaim of the whole SWA size (fact 23); an SWA failure frees the FULL slots."""
-        if not self.host_full.alloc(full_tokens):
-            return False
-        if swa_tokens:
-            if not self.host_swa.alloc(swa_tokens):
-                self.evict_host(swa_tokens, "swa")
-                if not self.host_swa.alloc(swa_tokens):
-                    self.host_full.release(full_tokens)
-                    return False
-        return True
+        one reclaim of the whole SWA size (fact 23); an SWA failure frees the FULL slots.
+        Returns the (FULL, SWA) host page ids (empty unless recording) or None."""
+        full_ids = self.host_full.alloc(full_tokens)
+        if full_ids is None:
+            return None
+        swa_ids = self.host_swa.alloc(swa_tokens)
+        if swa_ids is None:
+            self.evict_host(swa_tokens, "swa")
+            swa_ids = self.host_swa.alloc(swa_tokens)
+            if swa_ids is None:
+                self.host_full.release(full_tokens, full_ids)
+                return None
+        return full_ids, swa_ids
 
     def _execute_and_commit_kv_backup(self, chain: list[HNode], write_back: bool = False) -> int:
         """Back up ``chain`` top-down, stopping at the first failure; FULL tokens of the last
@@ -122,15 +128,11 @@ class HiCacheTransfer:
                 needed = full_tokens - avail
                 if self.evict_host(needed, "full") < needed:
                     return 0
-            if not self._alloc_host(full_tokens, swa_tokens):
+            ids = self._alloc_host(full_tokens, swa_tokens)
+            if ids is None:
                 return 0
             self._write_queue.append((node.id, full_tokens, swa_tokens))
-            if full_tokens:  # commit_backup
-                node.full_host = True
-            swa_nodes.reverse()
-            for n in swa_nodes:
-                assert n.swa and not n.swa_host
-                n.swa_host = True
+            self._commit_backup(node, full_tokens, swa_nodes, *ids)
             c = self.counts
             c["backup_nodes"] += 1
             c["backup_full_tokens"] += full_tokens
@@ -144,6 +146,23 @@ class HiCacheTransfer:
             self.ongoing_write_through[node.id] = _Write(node, lock, publish)
             written = full_tokens
         return written
+
+    def _commit_backup(
+        self, node: HNode, full_tokens: int, swa_nodes: list[HNode], full_ids, swa_ids
+    ) -> None:
+        """``utc.commit_backup``: host values for the node and its SWA window (top first)."""
+        if full_tokens:
+            node.full_host = True
+            node.fh_ids = full_ids if len(full_ids) else None
+        swa_nodes.reverse()
+        off = 0
+        for n in swa_nodes:
+            assert n.swa and not n.swa_host
+            n.swa_host = True
+            if len(swa_ids):
+                k = n.length // self.page_size
+                n.sh_ids = swa_ids[off : off + k]
+                off += k
 
     def _depth(self, node: HNode) -> int:
         d = 0
@@ -210,7 +229,9 @@ class HiCacheTransfer:
             self.unlock(w.lock)
 
     # ------------------------------------------------------------------ load-back
-    def init_load_back(self, best: HNode, last_device: HNode, host_hit: int, swa_host_hit: int) -> tuple[int, HNode]:
+    def init_load_back(
+        self, best: HNode, last_device: HNode, host_hit: int, swa_host_hit: int
+    ) -> tuple[int, HNode]:
         """``UnifiedRadixCache.init_load_back``: (tokens made device-resident, new last node)."""
         if not best.full or host_hit > 0 or swa_host_hit > 0:
             if self.load_back(best):
@@ -288,6 +309,10 @@ class HiCacheTransfer:
         if self.is_write_back:
             for n in kv_nodes:
                 n.lb_pending = best.id
+        for pool, nodes, attr in ((self.host_full, kv_nodes, "fh_ids"), (self.host_swa, swa_nodes, "sh_ids")):
+            parts = [getattr(n, attr) for n in reversed(nodes) if getattr(n, attr) is not None]
+            if parts:
+                pool.record(OpKind.LOAD_H2D, np.concatenate(parts))
         for n in reversed(kv_nodes):
             n.full = True
             if n.full_lock > 0:

@@ -63,8 +63,8 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         self.is_write_back = policy.is_write_back
         self.write_through_threshold = policy.write_through_threshold
         self.load_back_threshold = load_back_threshold  # unified_radix_cache.py:576
-        self.host_full = HostPool(host_full_tokens, page_size)
-        self.host_swa = HostPool(host_swa_tokens, page_size)
+        self.host_full = HostPool(host_full_tokens, page_size, 0)
+        self.host_swa = HostPool(host_swa_tokens, page_size, 1)
         self.counts: Counter = Counter()
         self._time = 0.0
         self._next_id = 0
@@ -170,10 +170,19 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         child.parent = new
         child.key = child.key[pages:]
         child.length -= new.length
-        new.full, new.full_host, new.swa, new.swa_host = child.full, child.full_host, child.swa, child.swa_host
+        new.full, new.full_host, new.swa, new.swa_host = (
+            child.full,
+            child.full_host,
+            child.swa,
+            child.swa_host,
+        )
         new.full_lock, new.swa_lock = child.full_lock, child.swa_lock
         new.full_host_lock, new.swa_host_lock = child.full_host_lock, child.swa_host_lock
         new.full_host_uuid, child.full_host_uuid = child.full_host_uuid, None
+        if child.fh_ids is not None:
+            new.fh_ids, child.fh_ids = child.fh_ids[:pages], child.fh_ids[pages:]
+        if child.sh_ids is not None:
+            new.sh_ids, child.sh_ids = child.sh_ids[:pages], child.sh_ids[pages:]
         if child.swa_host:
             lru = self.swa_host_lru
             if not new.swa and new.swa_host_lock == 0:
@@ -399,6 +408,21 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
                     break
                 cur = cur.parent
         self._update_leaf(node)
+
+    # ------------------------------------------------------------------ recording
+    def start_recording(self):
+        """Record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) with host
+        page ids from now on (empty host pools only); returns the executor."""
+        from simulator.kv_pages import HostPageState
+        from simulator.memory_ops import MemoryOpExecutor
+
+        assert self.host_full.used() == 0 and self.host_swa.used() == 0, "host pools must be empty"
+        p = self.page_size
+        ex = MemoryOpExecutor(
+            None, host=HostPageState(self.host_full.capacity // p, self.host_swa.capacity // p)
+        )
+        self.host_full.recorder = self.host_swa.recorder = ex
+        return ex
 
     # ------------------------------------------------------------------ views
     def path_length(self, node: HNode) -> int:
