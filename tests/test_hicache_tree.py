@@ -88,3 +88,22 @@ def test_selective_deletes_unbacked_leaves() -> None:
         ),
     )
     assert res["counts"]["deleted_nodes"] > 0 and res["counts"].get("backup_nodes", 0) == 0
+
+
+def test_acks_can_wait_for_the_engine() -> None:
+    """An engine that times transfers acknowledges only finished operations: the path stays
+    locked until then."""
+    cache = build_hicache(HiCacheReplayConfig(full_tokens=1024, swa_tokens=512, window=32))
+    tree = cache.tree
+    req = ReqKV(rid="a", pages=np.arange(100, 140, dtype=np.int64), prompt_len=39, output_len=1)
+    cache.match(req)
+    cache.admit(req)
+    cache.alloc_for_extend(req)
+    req.num_outputs = 1
+    cache.release(req)
+    tree.flush_pending_backups()
+    assert tree.inflight_ops() == ([(39, 39)], [])
+    assert tree.check_hicache_events(write_finish_count=0).writes == 0
+    assert tree.full_protected == 39
+    assert tree.check_hicache_events().d2h_full == 39
+    assert tree.full_protected == 0 and tree.inflight_ops() == ([], [])

@@ -203,11 +203,20 @@ class HiCacheTransfer:
         c["d2h_full_tokens"] += sum(x[1] for x in op)
         c["d2h_swa_tokens"] += sum(x[2] for x in op)
 
-    def writing_check(self, write_back: bool = False, acked: AckedTransfers | None = None) -> None:
-        """``writing_check``: acknowledge every submitted write (all complete within a step)."""
+    def writing_check(
+        self, write_back: bool = False, acked: AckedTransfers | None = None, finish_count: int | None = None
+    ) -> None:
+        """``writing_check``: acknowledge the first ``finish_count`` submitted write operations
+        (default: all; write_back: all, synchronously)."""
         if write_back:
             self.flush_pending_backups()
-        while self._ack_write_queue:
+            finish_count = None
+        n = (
+            len(self._ack_write_queue)
+            if finish_count is None
+            else min(finish_count, len(self._ack_write_queue))
+        )
+        for _ in range(n):
             op = self._ack_write_queue.pop(0)
             for ack_id, full, swa in op:
                 if ack_id in self.ongoing_write_through:
@@ -337,9 +346,15 @@ class HiCacheTransfer:
         c["h2d_full_tokens"] += sum(x[1] for x in op)
         c["h2d_swa_tokens"] += sum(x[2] for x in op)
 
-    def loading_check(self, acked: AckedTransfers | None = None) -> None:
-        """``loading_check``: release the load's device and host locks (``finish_load_back``)."""
-        while self._ack_load_queue:
+    def loading_check(self, acked: AckedTransfers | None = None, finish_count: int | None = None) -> None:
+        """``loading_check``: acknowledge the first ``finish_count`` load operations (default:
+        all), releasing their device and host locks (``finish_load_back``)."""
+        n = (
+            len(self._ack_load_queue)
+            if finish_count is None
+            else min(finish_count, len(self._ack_load_queue))
+        )
+        for _ in range(n):
             op = self._ack_load_queue.pop(0)
             for ack_id, full, swa in op:
                 ld = self.ongoing_load_back.pop(ack_id)
@@ -371,16 +386,31 @@ class HiCacheTransfer:
             or self.ongoing_load_back
         )
 
-    def check_hicache_events(self) -> AckedTransfers:
+    def check_hicache_events(
+        self, write_finish_count: int | None = None, load_finish_count: int | None = None
+    ) -> AckedTransfers:
         """``check_hicache_events`` at the start of a scheduler step: submit what is queued,
-        then acknowledge writes and loads; returns what was acknowledged."""
+        then acknowledge finished writes and loads; returns what was acknowledged.
+
+        The counts are how many submitted operations (oldest first, see
+        :meth:`inflight_ops`) have completed, as SGLang's ready-event counts; the default
+        (None) is all of them, the oracle's rule that a transfer completes within a step."""
         acked = AckedTransfers()
         if self.hicache_idle():
             return acked
         self.flush_pending_backups()
-        self.writing_check(acked=acked)
-        self.loading_check(acked=acked)
+        self.writing_check(acked=acked, finish_count=write_finish_count)
+        self.loading_check(acked=acked, finish_count=load_finish_count)
         return acked
+
+    def inflight_ops(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
+        """Submitted, unacknowledged operations, oldest first, as (FULL, SWA) tokens:
+        (D->H writes, H->D loads); an engine times them to decide the finish counts."""
+
+        def sizes(queue):
+            return [(sum(x[1] for x in op), sum(x[2] for x in op)) for op in queue]
+
+        return sizes(self._ack_write_queue), sizes(self._ack_load_queue)
 
     def transfer_counts(self) -> Counter:
         return Counter(self.counts)
