@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.errors import ConfigError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.hicache_evict import HiCacheEvict
 from simulator.radix.hicache_insert import HiCacheInsert
@@ -55,6 +56,10 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         host_swa_tokens: int,
         load_back_threshold: int = 10,
     ) -> None:
+        if getattr(eviction_order, "tracks_depth", False):
+            raise ConfigError(
+                f"--radix-eviction-policy {eviction_order.name} is not modelled with HiCache yet"
+            )
         self.page_size = page_size
         self.window = window
         self.allocator = allocator
