@@ -216,7 +216,9 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
 
 @pytest.mark.slow
 @pytest.mark.parametrize("cfg", SLOW_CONFIGS, ids=[c.id for c in SLOW_CONFIGS])
-def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config) -> None:
+def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config, request) -> None:
+    if "slow" not in (request.config.option.markexpr or ""):
+        pytest.skip("the full HiCache matrix runs only with -m slow")
     run_config(hicache_oracle, cfg, range(int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200"))))
 
 
