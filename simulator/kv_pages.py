@@ -235,4 +235,53 @@ class SWAPageState:
         )
 
 
-__all__ = ["PageFreeList", "SWAPageState"]
+class HostFreeList:
+    """One host pool's free slots in pages (``HostKVCache``, pool_host/base.py): ``clear``
+    starts with every page (the padding page included, HICACHE.md fact 22); ``alloc`` takes
+    the front of ``free_slots``, merging the released chunks behind it only when it is short
+    (``_merge_release_slots``); ``free`` appends a released chunk."""
+
+    def __init__(self, num_pages: int) -> None:
+        self.num_pages = num_pages
+        self.free_slots = np.arange(num_pages, dtype=np.int64)
+        self.release_slots: list[np.ndarray] = []
+        self.n_release = 0
+        self.used = np.zeros(num_pages, dtype=bool)
+
+    def available(self) -> int:
+        return len(self.free_slots) + self.n_release
+
+    def alloc(self, n: int) -> np.ndarray | None:
+        if n > self.available():
+            return None
+        if n > len(self.free_slots):
+            self.free_slots = np.concatenate([self.free_slots, *self.release_slots])
+            self.release_slots, self.n_release = [], 0
+        pages, self.free_slots = self.free_slots[:n], self.free_slots[n:]
+        assert not self.used[pages].any(), "host double alloc"
+        self.used[pages] = True
+        return pages
+
+    def free(self, pages: np.ndarray) -> None:
+        if not len(pages):
+            return
+        assert self.used[pages].all(), "host double free"
+        self.used[pages] = False
+        self.release_slots.append(np.asarray(pages, dtype=np.int64))
+        self.n_release += len(pages)
+
+    def snapshot(self) -> tuple[np.ndarray, list[np.ndarray]]:
+        return self.free_slots.copy(), [c.copy() for c in self.release_slots]
+
+
+class HostPageState:
+    """Page ids of the HiCache host pools: FULL (pool 0) and SWA (pool 1)."""
+
+    def __init__(self, full_pages: int, swa_pages: int) -> None:
+        self.pools = (HostFreeList(full_pages), HostFreeList(swa_pages))
+
+    def snapshot(self) -> dict:
+        return {name: pool.snapshot() for name, pool in zip(("full", "swa"), self.pools, strict=True)}
+
+
+__all__ = ["HostFreeList", "HostPageState", "PageFreeList", "SWAPageState"]

@@ -18,7 +18,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from simulator.kv_pages import SWAPageState
+from simulator.kv_pages import HostPageState, SWAPageState
 
 _EMPTY = np.empty(0, dtype=np.int64)
 EVICTION = "evict"  # the reason of records the tree emits on its own (eviction)
@@ -37,11 +37,11 @@ class OpKind(IntEnum):
     REMAP_SWA = 7  # RebuildFullToSWAMapping: ``full`` takes over the SWA peers of ``src``
     GROUP_BEGIN = 8  # free_group_begin
     GROUP_END = 9  # free_group_end
-    # HiCache (declared for the vocabulary; no executor yet)
-    BACKUP_D2H = 10  # write device pages to host pages
-    LOAD_H2D = 11  # load host pages back into device pages
+    # HiCache host pages (``full``: host page ids; ``bound``: host pool, 0 FULL / 1 SWA)
+    BACKUP_D2H = 10  # allocate ``count`` host pages and write device KV into them
+    LOAD_H2D = 11  # read host pages back into device pages (host pages stay allocated)
     HOST_FREE = 12  # free host pages
-    DEMOTE = 13  # drop a node's device copy, keep the host copy
+    DEMOTE = 13  # drop a node's device copy, keep its host pages
 
 
 HICACHE_KINDS = frozenset({OpKind.BACKUP_D2H, OpKind.LOAD_H2D, OpKind.HOST_FREE, OpKind.DEMOTE})
@@ -85,8 +85,11 @@ class MemoryOpExecutor:
     ``apply`` is also what a replay calls; ``keep=False`` applies without keeping.
     """
 
-    def __init__(self, pages: SWAPageState, keep: bool = True) -> None:
+    def __init__(
+        self, pages: SWAPageState | None, keep: bool = True, host: HostPageState | None = None
+    ) -> None:
         self.pages = pages
+        self.host = host
         self.keep = keep
         self.ops: list[MemoryOp] = []
         self.steps: list[StepInfo] = []
@@ -102,7 +105,9 @@ class MemoryOpExecutor:
         recorded_swa = op.swa
         s = self.pages
         k = op.kind
-        if k == OpKind.ALLOC:
+        if k in HICACHE_KINDS:
+            op = self._apply_host(op)
+        elif k == OpKind.ALLOC:
             n = op.count or len(op.full)
             full, swa = s.alloc(n, op.bound)
             if len(op.full) and not np.array_equal(full, op.full):
@@ -131,6 +136,22 @@ class MemoryOpExecutor:
             raise AssertionError(f"{k.name}: SWA pages {op.swa} != recorded {recorded_swa}")
         if self.keep:
             self.ops.append(op)
+        return op
+
+    def _apply_host(self, op: MemoryOp) -> MemoryOp:
+        """HiCache records on the host pools' page ids (``HostKVCache.alloc`` / ``free``)."""
+        pool = self.host.pools[op.bound]
+        if op.kind == OpKind.BACKUP_D2H:
+            pages = pool.alloc(op.count)
+            if pages is None:
+                raise AssertionError(f"host pool {op.bound} cannot allocate {op.count} pages")
+            if len(op.full) and not np.array_equal(pages, op.full):
+                raise AssertionError(f"replayed host allocation differs: {pages} != recorded {op.full}")
+            return _with(op, full=pages)
+        if op.kind == OpKind.HOST_FREE:
+            pool.free(op.full)
+        elif not pool.used[op.full].all():  # LOAD_H2D / DEMOTE read or keep live host pages
+            raise AssertionError(f"{op.kind.name} of host pages that are not allocated")
         return op
 
 

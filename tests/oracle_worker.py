@@ -64,8 +64,8 @@ def _parse_worker_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--driver",
         required=True,
-        choices=["drive_swa_radix", "drive_swa_radix_legacy"],
-        help="driver module to import (0.5.23 or 0.5.15)",
+        choices=["drive_swa_radix", "drive_swa_radix_legacy", "drive_hicache"],
+        help="driver module to import (0.5.23 or 0.5.15; drive_hicache: 0.5.23 with HiCache)",
     )
     return p.parse_args(own), driver_flags
 
@@ -128,6 +128,11 @@ class _CallCounter:
             "UnifiedRadixCache",
             ("match_prefix", "insert", "lock", "unlock", "evict_for_alloc"),
         ),
+        "drive_hicache": (
+            "sglang.srt.mem_cache.unified_radix_cache",
+            "UnifiedRadixCache",
+            ("match_prefix", "insert", "lock", "unlock", "evict_for_alloc", "load_back"),
+        ),
         "drive_swa_radix_legacy": (
             "sglang.srt.mem_cache.swa_radix_cache",
             "SWARadixCache",
@@ -179,7 +184,8 @@ def main(argv: list[str]) -> int:
     heals.install(own.driver)
     calls = _CallCounter()
     calls.install(own.driver)
-    base_args = wl.parse_args(driver_flags)
+    # drive_hicache adds its HiCache flags to the shared workload / pool flags
+    base_args = (driver.parse_args if own.driver == "drive_hicache" else wl.parse_args)(driver_flags)
     base_args.workload = None
     init_params = getattr(driver, "CacheInitParams", None)
 
