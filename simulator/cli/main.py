@@ -11,6 +11,7 @@ from simulator.cli import (
     bench_multiturn_cmd,
     cache_replay_cmd,
     demo_cmd,
+    gpu_replay_cmd,
     ops_cmd,
     pools_cmd,
     run_cmd,
@@ -51,6 +52,7 @@ app.command("cache-replay")(cache_replay_cmd.cache_replay)
 app.command("demo")(demo_cmd.demo)
 app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
+app.command("gpu-replay")(gpu_replay_cmd.gpu_replay)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
