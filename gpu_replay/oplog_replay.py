@@ -86,8 +86,10 @@ class StepRow:
     freed_full_pages: int = 0
     freed_swa_pages: int = 0
     written_bytes: int = 0
+    write_calls: int = 0  # indexed page stores issued (one per pool per ALLOC record)
     backup_pages: int = 0
     backup_bytes: int = 0
+    backup_calls: int = 0  # transfer calls issued (one per pool per evicted leaf)
     not_replayed: int = 0
     write_s: float = 0.0
     backup_s: float = 0.0
@@ -215,6 +217,7 @@ class OpLogReplay:
                     with self.timer.span(row, "write_s"):
                         pool.write(pages, serials)
                     row.written_bytes += len(pages) * pool.bytes_per_page
+                    row.write_calls += 1
         elif k == OpKind.REMAP_SWA:
             live.swa_serial_of_full[got.full] = live.swa_serial_of_full[got.src]
             live.swa_serial_of_full[got.src] = 0
@@ -245,6 +248,7 @@ class OpLogReplay:
             pool.host_serial[host] = pool.serial[pages]
             row.backup_pages += len(pages)
             row.backup_bytes += len(pages) * pool.bytes_per_page
+            row.backup_calls += 1
 
     def _host_pages(self, name: str, n: int) -> np.ndarray:
         """``n`` host pages, handed out round-robin (1..host_pages-1): the replay measures the
