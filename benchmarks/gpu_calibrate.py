@@ -105,8 +105,9 @@ def replay_logs(split: dict, impls: list[str], out: Path) -> None:
                 replay.release()
             s = summarize(replay, rows, time.perf_counter() - t0)
             print(
-                f"{name:9s} {Path(rel).stem:30s} {'warmup' if i == 0 else '':6s} write {s['write_gbps'] or 0:7.1f} GB/s "
-                f"backup {s['backup_gbps'] or 0:6.1f} GB/s ({s['backup_pages']} pages) wall {s['wall_s']:.1f} s",
+                f"{name:9s} {Path(rel).stem:30s} {'warmup' if i == 0 else '':6s} "
+                f"write {s['write_gbps'] or 0:7.1f} GB/s backup {s['backup_gbps'] or 0:6.1f} GB/s "
+                f"({s['backup_pages']} pages) wall {s['wall_s']:.1f} s",
                 flush=True,
             )
             if i == 0:
