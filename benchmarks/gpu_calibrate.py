@@ -20,6 +20,7 @@ import os
 import sys
 import time
 import types
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,14 +99,15 @@ def replay_logs(split: dict, impls: list[str], out: Path) -> None:
         ):
             log = read_op_log(base / rel)
             t0 = time.perf_counter()
-            replay = OpLogReplay(log, opts)
+            # the warm-up replay also checks page state and data every 20 page-changing steps
+            replay = OpLogReplay(log, replace(opts, verify="every", check_every=20) if i == 0 else opts)
             try:
                 rows = replay.run()
             finally:
                 replay.release()
             s = summarize(replay, rows, time.perf_counter() - t0)
             print(
-                f"{name:9s} {Path(rel).stem:30s} {'warmup' if i == 0 else '':6s} "
+                f"checks {replay.checks:4d} {name:9s} {Path(rel).stem:30s} {'warmup' if i == 0 else '':6s} "
                 f"write {s['write_gbps'] or 0:7.1f} GB/s backup {s['backup_gbps'] or 0:6.1f} GB/s "
                 f"({s['backup_pages']} pages) wall {s['wall_s']:.1f} s",
                 flush=True,
