@@ -214,8 +214,9 @@ class OpLogReplay:
             for name, pages in (("full", got.full), ("swa", got.swa)):
                 if name in self.pools and len(pages):
                     pool = self.pools[name]
+                    prepared = pool.prepare_write(pages, serials)
                     with self.timer.span(row, "write_s"):
-                        pool.write(pages, serials)
+                        pool.store(prepared)
                     row.written_bytes += len(pages) * pool.bytes_per_page
                     row.write_calls += 1
         elif k == OpKind.REMAP_SWA:

@@ -106,18 +106,31 @@ class ReplayPool:
         g = self.geo
         return buf.view(-1, g.page_size, *buf.shape[1:])
 
-    def write(self, pages: np.ndarray, serials: np.ndarray) -> None:
-        """Write each page's tag into every layer, K and V (SGLang's ``set_kv_buffer`` of whole
-        pages: one indexed store per layer and component)."""
+    def prepare_write(self, pages: np.ndarray, serials: np.ndarray) -> list:
+        """The stores of :meth:`store` (page indices and tag values on the device), built
+        outside the timed span: the tags are the replay's bookkeeping, not SGLang's work."""
         device = self.dev.k[0].device
         idx = torch.from_numpy(pages).to(device, non_blocking=True)
         ser = torch.from_numpy(serials).to(device, non_blocking=True)
+        stores = []
         for comp, bufs in enumerate((self.dev.k, self.dev.v)):
             for layer, buf in enumerate(bufs):
                 view = self._page_view(buf)
                 vals = tag_values(ser, layer, comp).to(buf.dtype).view(-1, 1, 1, 1)
-                view[idx] = vals.expand(len(pages), *view.shape[1:])
+                stores.append((view, vals.expand(len(pages), *view.shape[1:])))
         self.serial[pages] = serials
+        return [idx, stores]
+
+    @staticmethod
+    def store(prepared: list) -> None:
+        """Write each page's tag into every layer, K and V (SGLang's ``set_kv_buffer`` of whole
+        pages: one indexed store per layer and component)."""
+        idx, stores = prepared
+        for view, vals in stores:
+            view[idx] = vals
+
+    def write(self, pages: np.ndarray, serials: np.ndarray) -> None:
+        self.store(self.prepare_write(pages, serials))
 
     def bad_pages(self, pages: np.ndarray) -> np.ndarray:
         """The pages among ``pages`` whose device data differs from their tag, in any layer.
