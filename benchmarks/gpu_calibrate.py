@@ -75,8 +75,16 @@ def measure_steps(split: dict, out: Path) -> None:
                     else:
                         swa_ctx = min(b, r.window + 1) if r.window else b
                         row = st.step(ops, r, a, ops.attn_decode(a, b), ops.attn_decode(a, swa_ctx), a)
+                        try:
+                            row |= st.decode_graph_step(ops, r, a, b)
+                        except Exception as exc:  # noqa: BLE001 - the eager row still counts
+                            res["errors"].append(f"graph {a}/{b}: {type(exc).__name__}: {exc}")
                     res["rows"].append({"set": part, "phase": phase, "a": a, "b": b} | row)
-                    print(f"{part:7s} {phase:7s} {a:6d} {b:6d}: {1e3 * row['step_s']:9.3f} ms", flush=True)
+                    graph = f" graph {1e3 * row['step_graph_s']:9.3f} ms" if "step_graph_s" in row else ""
+                    print(
+                        f"{part:7s} {phase:7s} {a:6d} {b:6d}: {1e3 * row['step_s']:9.3f} ms{graph}",
+                        flush=True,
+                    )
                 except Exception as exc:  # noqa: BLE001 - record and go on
                     res["errors"].append(f"{part} {phase} {a}/{b}: {type(exc).__name__}: {exc}")
                 torch.cuda.empty_cache()
