@@ -73,14 +73,18 @@ class StepShape:
     a: int  # new tokens (prefill) or batch (decode)
     b: int  # prefix (prefill) or context per request (decode)
     groups: dict[str, float]
+    graph_total: float | None = None  # decode from CUDA graphs (what SGLang runs), if measured
 
     @property
     def total(self) -> float:
-        return sum(self.groups.values())
+        return self.graph_total if self.graph_total is not None else sum(self.groups.values())
 
 
-def load_step_shapes(path: Path, layers: tuple[int, int]) -> dict[str, list[StepShape]]:
-    """Measured shapes by split part; groups summed over the model's full and SWA layers."""
+def load_step_shapes(
+    path: Path, layers: tuple[int, int], use_graphs: bool = True
+) -> dict[str, list[StepShape]]:
+    """Measured shapes by split part; groups summed over the model's full and SWA layers; decode
+    steps timed from CUDA graphs where the file has them (``use_graphs``)."""
     full, swa = layers
     out: dict[str, list[StepShape]] = {"fit": [], "heldout": []}
     for r in json.loads(path.read_text())["rows"]:
@@ -91,7 +95,8 @@ def load_step_shapes(path: Path, layers: tuple[int, int]) -> dict[str, list[Step
             "attn_full": full * r["attn_full_s"],
             "attn_swa": swa * r["attn_swa_s"],
         }
-        out[r["set"]].append(StepShape(r["phase"], int(r["a"]), int(r["b"]), groups))
+        graph = r.get("step_graph_s") if use_graphs else None
+        out[r["set"]].append(StepShape(r["phase"], int(r["a"]), int(r["b"]), groups, graph))
     return out
 
 
@@ -251,8 +256,9 @@ def write_profiles(report: dict, results: Path, gpu: str, date: str = "2026-11-2
         f"(fit shapes {report['steps']['fit']['median_abs_pct']:.1f}%; roofline defaults "
         f"{report['roofline_defaults']['heldout']['median_abs_pct']:.1f}%). Fitted on bf16-expert MoE "
         "stand-in times (expert bytes 2/param); the profile keeps the preset's MXFP4 bytes, assuming the "
-        "same bandwidth efficiency. Layer floors are eager-mode (no CUDA graphs), an upper bound for "
-        "SGLang's graph-captured decode. Step and per-request overheads are not measured (defaults). "
+        "same bandwidth efficiency. Decode steps were timed from CUDA graphs (one captured layer of each "
+        "kind), prefill eagerly, as SGLang runs them; norms, rotary and sampling are not in the measurement. "
+        "Step and per-request overheads are not measured (defaults). "
         "All-reduce from 2 GPUs (held-out error "
         f"{ar[2]['heldout_median_abs_pct']:.1f}%); measured on H200s, same NVLink 4 as H100."
     )
@@ -318,13 +324,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results", type=Path, required=True)
     ap.add_argument("--gpu", default="H100")
+    ap.add_argument("--steps", default="steps-h100.json", help="step-shape measurements in RESULTS")
     ap.add_argument("--out", type=Path, default=None, help="fit report JSON (default: RESULTS/fit.json)")
     args = ap.parse_args()
     split = json.loads(SPLIT.read_text())
     model, tp = split["model"], split["tp"]
     spec = load_model(model)
     report: dict = {"model": model, "tp": tp, "gpu": args.gpu}
-    steps_path = next(args.results.glob("steps-*.json"))
+    steps_path = args.results / args.steps
     shapes = load_step_shapes(steps_path, (spec.num_full_layers, spec.num_swa_layers))
     report["roofline_defaults"] = {p: step_errors(model, args.gpu, tp, None, shapes[p]) for p in shapes}
     coeffs = fit_steps(model, args.gpu, tp, shapes["fit"])
