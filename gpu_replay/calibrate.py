@@ -139,8 +139,30 @@ def fit_steps(model_name: str, gpu_name: str, tp: int, shapes: list[StepShape], 
                     shapes,
                 ),
             )
-            coeffs[key] = float(f"{best:.4g}")
-    return coeffs
+            coeffs[key] = float(best)
+    return _refine(
+        coeffs, lambda c: _loss(_cost(model, gpu, tp, {**c, **HELD_AT_ZERO}, STAND_IN_EXPERT_BYTES), shapes)
+    )
+
+
+def _refine(coeffs: dict, loss, steps: tuple[float, ...] = (0.05, 0.02, 0.01, 0.005, 0.002)) -> dict:
+    """Multiplicative coordinate steps of shrinking size from the grid's best point (the grid is
+    3.6-7% coarse), keeping efficiencies within the cost model's (0, 1.5]."""
+    best = loss(coeffs)
+    for step in steps:
+        improved = True
+        while improved:
+            improved = False
+            for key in list(coeffs):
+                for f in (1 + step, 1 - step):
+                    v = coeffs[key] * f
+                    if key in EFFICIENCIES and not 0 < v <= 1.5:
+                        continue
+                    trial = {**coeffs, key: v}
+                    val = loss(trial)
+                    if val < best - 1e-12:
+                        coeffs, best, improved = trial, val, True
+    return {k: float(f"{v:.4g}") for k, v in coeffs.items()}
 
 
 def step_errors(
