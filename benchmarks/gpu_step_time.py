@@ -261,3 +261,58 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def decode_graph_step(ops: Ops, r: RankShapes, batch: int, ctx: int) -> dict:
+    """One decode step as SGLang runs it, from a CUDA graph: a full and an SWA layer (qkv
+    projection, attention, o projection, routed MoE through the grouped GEMM with on-device
+    offsets) are each captured once and replayed; step = full layers x full + SWA layers x SWA +
+    LM head (eager GEMM). Norms, rotary and sampling are left out as in :func:`step`."""
+    group = r.q_heads // r.kv_heads
+    x = torch.randn(batch, r.hidden, device="cuda", dtype=BF16)
+    q = torch.randn(batch, r.kv_heads, group, r.head_dim, device="cuda", dtype=BF16)
+    swa_ctx = min(ctx, r.window + 1) if r.window else ctx
+    kv = {
+        n: torch.randn(2, batch, r.kv_heads, c, r.head_dim, device="cuda", dtype=BF16)
+        for n, c in (("full", ctx), ("swa", swa_ctx))
+    }
+    ones = torch.ones(batch * r.top_k, device="cuda", dtype=torch.int32)
+
+    def layer(name: str):
+        x @ ops.w_qkv  # the projection's kernel (its output feeds q/k/v in SGLang)
+        a = F.scaled_dot_product_attention(q, kv[name][0], kv[name][1])
+        y = a.reshape(batch, -1) @ ops.w_o
+        logits = y @ ops.w_router
+        weights, experts = logits.float().softmax(-1).topk(r.top_k, dim=-1)
+        flat = experts.flatten()
+        order = flat.argsort()
+        token = order // r.top_k
+        counts = torch.zeros(r.experts, device="cuda", dtype=torch.int32).scatter_add_(0, flat, ones)
+        offs = counts.cumsum(0).to(torch.int32)
+        xs = y.index_select(0, token)
+        g = torch._grouped_mm(xs, ops.w_up, offs=offs)
+        g = F.silu(g[:, : r.inter]) * g[:, r.inter :]
+        o = torch._grouped_mm(g, ops.w_down, offs=offs)
+        o = o * weights.flatten()[order].to(BF16)[:, None]
+        return torch.zeros_like(y).index_add_(0, token, o)
+
+    times = {}
+    for name in ("full", "swa"):
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for _ in range(3):
+                layer(name)
+        torch.cuda.current_stream().wait_stream(s)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            layer(name)
+        times[name] = _time(graph.replay, reps=20)
+    lm = ops.lm_head(batch)
+    total = r.full_layers * times["full"] + r.swa_layers * times["swa"] + lm
+    return {
+        "layer_full_graph_s": times["full"],
+        "layer_swa_graph_s": times["swa"],
+        "lm_head_s": lm,
+        "step_graph_s": total,
+    }

@@ -12,6 +12,7 @@ from simulator.cli import (
     bound_cmd,
     cache_replay_cmd,
     demo_cmd,
+    gpu_replay_cmd,
     ops_cmd,
     pools_cmd,
     run_cmd,
@@ -57,6 +58,7 @@ app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("bound")(bound_cmd.bound)
 app.command("step-replay")(step_replay_cmd.step_replay)
+app.command("gpu-replay")(gpu_replay_cmd.gpu_replay)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
