@@ -1,0 +1,60 @@
+"""Big traces: page keys computed per request on demand give the same runs as whole-trace keys."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import traces.pages as pages_mod
+from simulator import SimConfig, run_config
+from simulator.cli.common import DEFAULT_TRACE
+from traces import load_trace
+from traces.pages import LazyPages, page_keys, row_page_keys
+
+
+@pytest.fixture
+def lazy_everywhere(monkeypatch):
+    """Every hash-block trace counts as big, and chunks are small (many chunk boundaries)."""
+    monkeypatch.setattr(pages_mod, "LAZY_PAGES_ABOVE", 0)
+    monkeypatch.setattr(pages_mod, "_CHUNK_PAGES", 1000)
+    monkeypatch.setattr(pages_mod, "_CHUNKS_KEPT", 2)
+
+
+def _equal_keys(a: np.ndarray, b: np.ndarray) -> bool:
+    """Equal exactly where equal: the two key sets name the same pages."""
+    _, ia = np.unique(a, return_inverse=True)
+    _, ib = np.unique(b, return_inverse=True)
+    # the same partition of positions: the map a-key -> b-key is a bijection
+    pairs = np.unique(np.stack([ia.ravel(), ib.ravel()]), axis=1)
+    return len(np.unique(pairs[0])) == pairs.shape[1] == len(np.unique(pairs[1]))
+
+
+@pytest.mark.parametrize("page_size", [1, 16, 64, 300])
+def test_row_keys_name_the_same_pages(lazy_everywhere, page_size):
+    trace = load_trace(DEFAULT_TRACE)
+    rows = row_page_keys(trace.content, page_size)
+    assert rows is not None
+    offsets, keys = page_keys(trace.content, page_size)
+    lazy = np.concatenate([rows.row(i) for i in range(len(trace))])
+    assert len(lazy) == len(keys)
+    assert all(rows.row_len(i) == offsets[i + 1] - offsets[i] for i in range(len(trace)))
+    assert _equal_keys(keys, lazy)
+    p = LazyPages(rows, 5)
+    assert len(p) == offsets[6] - offsets[5]
+    assert np.array_equal(p[:3], rows.row(5)[:3])
+
+
+def test_small_traces_keep_whole_arrays():
+    trace = load_trace(DEFAULT_TRACE)
+    assert row_page_keys(trace.content, 64) is None
+
+
+def test_lazy_pages_give_the_same_run(monkeypatch):
+    trace = load_trace(DEFAULT_TRACE)
+    cfg = SimConfig(page_size=64, tp=8)
+    whole = run_config(trace, cfg)
+    monkeypatch.setattr(pages_mod, "LAZY_PAGES_ABOVE", 0)
+    monkeypatch.setattr(pages_mod, "_CHUNK_PAGES", 1000)
+    monkeypatch.setattr(pages_mod, "_CHUNKS_KEPT", 2)
+    lazy = run_config(load_trace(DEFAULT_TRACE), cfg)
+    assert lazy.equals(whole)
