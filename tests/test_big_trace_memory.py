@@ -58,3 +58,40 @@ def test_lazy_pages_give_the_same_run(monkeypatch):
     monkeypatch.setattr(pages_mod, "_CHUNKS_KEPT", 2)
     lazy = run_config(load_trace(DEFAULT_TRACE), cfg)
     assert lazy.equals(whole)
+
+
+def _cache_replay(*extra: str) -> str:
+    from typer.testing import CliRunner
+
+    from simulator.cli.main import app
+
+    args = ["cache-replay", str(DEFAULT_TRACE), "--page-size", "64", "--limit", "300", "--json"]
+    res = CliRunner().invoke(app, [*args, *extra])
+    assert res.exit_code in (0, 3), res.output
+    return res.output
+
+
+@pytest.mark.parametrize("pools", [(), ("--full-tokens", "9000", "--swa-tokens", "3000", "--window", "128")])
+def test_cache_replay_lazy_pages_and_streamed_records(monkeypatch, pools):
+    """Lazy page keys and records printed as they come give the same output, aborts included."""
+    whole = _cache_replay(*pools, "--max-abort-fraction", "1")
+    monkeypatch.setattr(pages_mod, "LAZY_PAGES_ABOVE", 0)
+    monkeypatch.setattr(pages_mod, "_CHUNK_PAGES", 1000)
+    lazy = _cache_replay(*pools, "--max-abort-fraction", "1")
+    assert lazy == whole
+    assert '"summary"' in lazy.splitlines()[-1]
+
+
+def test_replay_summary_same_with_and_without_records():
+    """The tally behind a streamed replay gives the summary the kept records give."""
+    from simulator.cache_replay import CacheReplayConfig, replay
+    from simulator.cli.cache_replay_cmd import workload_from_trace
+
+    work = workload_from_trace(DEFAULT_TRACE, 64, 200)
+    cfg = CacheReplayConfig(page_size=64, full_tokens=9000, swa_tokens=3000, window=128)
+    kept = replay(work, cfg)
+    seen: list[dict] = []
+    streamed = replay(work, cfg, seen.append)
+    assert streamed.records == [] and seen == kept.records
+    assert streamed.summary == kept.summary
+    assert kept.summary["aborted"] > 0
