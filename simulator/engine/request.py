@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """A request: its content as page ids and lengths, and what the server did with it.
 
