@@ -47,6 +47,7 @@ class SimConfig:
     # late result processing) one forward at a time.
     disable_overlap_schedule: bool = True
     kv_budget_gib: float | None = None
+    allow_auto_truncate: bool = False  # cut prompts that do not fit instead of rejecting them
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"
     tombstone: str = "unified"

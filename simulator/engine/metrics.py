@@ -361,6 +361,7 @@ class Recorder(ServerObserver):
             "abort_reason": [r.abort_reason for r in reqs],
             # not in REQUEST_FRAME_COLUMNS (frames() keeps its schema); run_config adds it
             "rejected": np.array([r.rejected for r in reqs], dtype=bool),
+            "truncated": np.array([r.truncated for r in reqs], dtype=bool),
         }
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -456,11 +457,15 @@ class Recorder(ServerObserver):
         return out
 
     def report_frames(self) -> dict[str, pd.DataFrame]:
-        """:meth:`frames` with the requests frame's ``rejected`` column (after ``aborted``)."""
+        """:meth:`frames` with the requests frame's ``rejected`` and ``truncated`` columns
+        (after ``aborted``)."""
         frames = self.frames()
         requests = frames["requests"]
-        rejected = np.array([r.rejected for r in self._reqs.values()], dtype=bool)
+        reqs = self._reqs.values()
+        rejected = np.array([r.rejected for r in reqs], dtype=bool)
         requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
+        truncated = np.array([r.truncated for r in reqs], dtype=bool)
+        requests.insert(requests.columns.get_loc("rejected") + 1, "truncated", truncated)
         return frames
 
     def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:

@@ -39,6 +39,7 @@ class SimRequest:
     retractions: int = 0
     aborted: bool = False
     rejected: bool = False  # refused on arrival (engine/failures.py), never queued
+    truncated: bool = False  # cut to fit (--allow-auto-truncate; lengths above are the cut ones)
     abort_reason: str = ""
 
     @property
