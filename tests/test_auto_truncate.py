@@ -92,3 +92,16 @@ def test_cli_accepts_the_flag_and_reports_the_count(tmp_path):
     text = CliRunner().invoke(app, [*args, "--allow-auto-truncate"])
     assert text.exit_code == 0 and "TRUNCATED REQUESTS: 1 prompts were cut" in text.output
     assert CliRunner().invoke(app, args).exit_code == 3  # without the flag: rejected, the run fails
+
+
+def test_bench_multiturn_takes_the_flag():
+    """bench_multiturn sends max_new_tokens with ignore_eos: 200k-token prompts are cut to the
+    input limit and served (rejected without the flag)."""
+    args = ["bench-multiturn", "--num-clients", "2", "--num-rounds", "2", "--request-length", "200000"]
+    args += ["--output-length", "16", "--tp", "8", "--page-size", "64", "--json", "--no-progress"]
+    res = CliRunner().invoke(app, [*args, "--allow-auto-truncate"])
+    assert res.exit_code == 0, res.output
+    summary = json.loads(res.output)
+    assert (summary["truncated"], summary["failed"], summary["requests"]) == (4, 0, 4)
+    assert summary["average_prompt_len"] == 131_066
+    assert CliRunner().invoke(app, args).exit_code == 3
