@@ -49,14 +49,21 @@ def test_small_traces_keep_whole_arrays():
     assert row_page_keys(trace.content, 64) is None
 
 
-def test_lazy_pages_give_the_same_run(monkeypatch):
-    trace = load_trace(DEFAULT_TRACE)
-    cfg = SimConfig(page_size=64, tp=8)
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        SimConfig(page_size=64, tp=8),
+        SimConfig(page_size=16, tp=8, tombstone="legacy", max_total_tokens=60_000),
+    ],
+    ids=["unified", "legacy-small-pool"],
+)
+def test_lazy_pages_give_the_same_run(monkeypatch, cfg):
+    trace = load_trace(DEFAULT_TRACE, limit=400)
     whole = run_config(trace, cfg)
     monkeypatch.setattr(pages_mod, "LAZY_PAGES_ABOVE", 0)
     monkeypatch.setattr(pages_mod, "_CHUNK_PAGES", 1000)
     monkeypatch.setattr(pages_mod, "_CHUNKS_KEPT", 2)
-    lazy = run_config(load_trace(DEFAULT_TRACE), cfg)
+    lazy = run_config(load_trace(DEFAULT_TRACE, limit=400), cfg)
     assert lazy.equals(whole)
 
 
