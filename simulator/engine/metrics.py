@@ -159,7 +159,7 @@ class Recorder(ServerObserver):
         self.server_config: dict = {}
         self.counters: dict = {}
         self.end_s: float = math.nan
-        self._reqs: dict[int, SimRequest] = {}  # id(req) -> req, in first-seen order
+        self._reqs: dict[SimRequest, None] = {}  # the requests seen, in first-seen order
         self._finished = 0
         # decode steps, in order: (times, #full, #swa) arrays, or the step count of a jump kept
         # in closed form in _jumps; plus per-call constants (expanded with np.repeat)
@@ -187,7 +187,7 @@ class Recorder(ServerObserver):
         self.server_config = dict(config)
 
     def on_arrival(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
 
     def on_prefill_batch(
         self,
@@ -263,10 +263,10 @@ class Recorder(ServerObserver):
         self._n_steps += jump.steps
 
     def on_first_token(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
 
     def on_finish(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
         self._finished += 1
         if self.progress is not None:
             self.progress(self._finished)
@@ -338,7 +338,7 @@ class Recorder(ServerObserver):
 
     def _request_columns(self) -> dict[str, Any]:
         """The requests frame's columns as arrays (the summary reads these, no DataFrame)."""
-        reqs = list(self._reqs.values())
+        reqs = list(self._reqs)
         arrival = np.array([r.arrival_s for r in reqs], dtype=np.float64)
         first = np.array([r.first_token_s for r in reqs], dtype=np.float64)
         finish = np.array([r.finish_s for r in reqs], dtype=np.float64)
@@ -461,7 +461,7 @@ class Recorder(ServerObserver):
         (after ``aborted``)."""
         frames = self.frames()
         requests = frames["requests"]
-        reqs = self._reqs.values()
+        reqs = self._reqs
         rejected = np.array([r.rejected for r in reqs], dtype=bool)
         requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
         truncated = np.array([r.truncated for r in reqs], dtype=bool)
