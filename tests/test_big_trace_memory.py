@@ -102,3 +102,17 @@ def test_replay_summary_same_with_and_without_records():
     assert streamed.records == [] and seen == kept.records
     assert streamed.summary == kept.summary
     assert kept.summary["aborted"] > 0
+
+
+def test_packed_prefill_batches_give_the_same_frames(monkeypatch):
+    """Prefill batches packed into arrays as they pile up give the same frames and summary."""
+    import simulator.engine.metrics as metrics_mod
+
+    trace = load_trace(DEFAULT_TRACE, limit=300)
+    cfg = SimConfig(page_size=64, tp=8)
+    plain = run_config(trace, cfg)
+    monkeypatch.setattr(metrics_mod, "_PREFILL_PACK", 7)
+    packed = run_config(trace, cfg)
+    assert plain.summary["prefill_batches"] > 7 * 3
+    assert packed.equals(plain)
+    assert packed.frames["prefill_batches"]["extend_tokens"].dtype == np.int64

@@ -170,7 +170,9 @@ class Recorder(ServerObserver):
         self._n_steps = 0
         self._tokens_since_log = 0
         self._last_log_t = 0.0
-        self._prefill: list[tuple] = []
+        self._prefill: list[tuple] = []  # the latest prefill batches; older ones packed:
+        self._prefill_packed: list[np.ndarray] = []
+        self._n_prefill_packed = 0
         self._retract: list[tuple] = []
 
     @classmethod
@@ -216,6 +218,15 @@ class Recorder(ServerObserver):
                 rnd,
             )
         )
+        if len(self._prefill) >= _PREFILL_PACK:
+            self._pack_prefill()
+
+    def _pack_prefill(self) -> None:
+        """Move the recorded batches into one float64 array (80 bytes a batch instead of ~300
+        as a tuple of Python numbers; every value is a time or a count far below 2**53)."""
+        self._prefill_packed.append(np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS))
+        self._n_prefill_packed += len(self._prefill)
+        self._prefill = []
 
     def on_decode_steps(
         self,
@@ -418,9 +429,11 @@ class Recorder(ServerObserver):
 
     def _prefill_frame(self) -> pd.DataFrame:
         cols = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
-        raw = pd.DataFrame(self._prefill, columns=cols)
-        for c in cols:
-            raw[c] = raw[c].astype(np.float64 if c.startswith("t_") else np.int64)
+        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
+        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
+        raw = pd.DataFrame(
+            {c: rows[:, j].astype(np.float64 if c.startswith("t_") else np.int64) for j, c in enumerate(cols)}
+        )
         raw["full_token_usage"] = self._usage(raw["full_token"].to_numpy(np.float64), "full_tokens")
         raw["swa_token_usage"] = self._usage(raw["swa_token"].to_numpy(np.float64), "swa_tokens")
         return raw[list(PREFILL_FRAME_COLUMNS)]
@@ -430,7 +443,7 @@ class Recorder(ServerObserver):
         return bench_summary(
             self._request_columns(),
             self._decode_columns(),
-            prefill_batches=len(self._prefill),
+            prefill_batches=self._n_prefill_packed + len(self._prefill),
             retractions=self._retract,
             capacity=self.capacity,
             counters=self.counters,
@@ -477,6 +490,9 @@ class Recorder(ServerObserver):
         """
         return write_tables(out_dir, self.report_frames(), self.report_summary(client_mode))
 
+
+_PREFILL_FIELDS = len(PREFILL_FRAME_COLUMNS) - 2  # the two usage columns are computed
+_PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 
 _DECODE_DTYPES = {
     "step": "int64",
