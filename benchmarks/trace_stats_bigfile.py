@@ -26,8 +26,11 @@ BLOCK = 512
 MAX_BLOCKS = 256  # 128k tokens
 
 
-def generate(path: Path, n: int, seed: int) -> dict[str, float]:
-    """Write ``n`` Mooncake-format requests to ``path``; returns a few facts about the file."""
+def generate(path: Path, n: int, seed: int, max_blocks: int = MAX_BLOCKS) -> dict[str, float]:
+    """Write ``n`` Mooncake-format requests to ``path``; returns a few facts about the file.
+
+    ``max_blocks`` caps every prompt at that many hash blocks (``max_blocks * 512`` tokens).
+    """
     rng = np.random.default_rng(seed)
     next_id = 0
     sys_prompts = []
@@ -39,7 +42,7 @@ def generate(path: Path, n: int, seed: int) -> dict[str, float]:
     open_convs: list[list[int]] = []
     t_ms = np.cumsum(rng.exponential(1000.0 / 280.0, size=n)).astype(np.int64)
     cont = rng.random(n) < 0.35
-    doc_blocks = np.clip(rng.lognormal(2.6, 0.9, size=n), 1, MAX_BLOCKS).astype(np.int64)
+    doc_blocks = np.clip(rng.lognormal(2.6, 0.9, size=n), 1, max_blocks).astype(np.int64)
     add_blocks = rng.geometric(0.45, size=n)
     partial = rng.integers(1, BLOCK + 1, size=n)
     out_len = np.clip(rng.lognormal(5.3, 0.9, size=n), 1, 4096).astype(np.int64)
@@ -54,8 +57,8 @@ def generate(path: Path, n: int, seed: int) -> dict[str, float]:
                 new = int(add_blocks[i])
                 blocks = base + list(range(next_id, next_id + new))
                 next_id += new
-                if len(blocks) >= MAX_BLOCKS:
-                    blocks = blocks[:MAX_BLOCKS]
+                if len(blocks) >= max_blocks:
+                    blocks = blocks[:max_blocks]
                     open_convs[k] = open_convs[-1]
                     open_convs.pop()
                 else:
@@ -64,7 +67,7 @@ def generate(path: Path, n: int, seed: int) -> dict[str, float]:
                 new = int(doc_blocks[i])
                 blocks = sys_prompts[sys_pick[i]] + list(range(next_id, next_id + new))
                 next_id += new
-                blocks = blocks[:MAX_BLOCKS]
+                blocks = blocks[:max_blocks]
                 if len(open_convs) < 50_000:
                     open_convs.append(blocks[:-1])
             in_len = (len(blocks) - 1) * BLOCK + int(partial[i])

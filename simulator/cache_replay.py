@@ -10,7 +10,7 @@ then one slot), and release when the last output token is produced.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -59,7 +59,7 @@ class CacheReplayConfig:
             )
 
 
-@dataclass
+@dataclass(slots=True)
 class WorkloadRequest:
     """One request of a cache-only workload: page ids of prompt ++ output, and the lengths."""
 
@@ -127,11 +127,60 @@ def requests_from_tokens(
     return [WorkloadRequest(rid, pg, len(i), len(o)) for (rid, i, o), pg in zip(reqs, pages, strict=True)]
 
 
-def replay(workload: Sequence[WorkloadRequest], cfg: CacheReplayConfig) -> ReplayResult:
-    """Serve ``workload`` in order; return per-request records and the end state."""
+def replay(
+    workload: Iterable[WorkloadRequest],
+    cfg: CacheReplayConfig,
+    on_record: Callable[[dict], None] | None = None,
+) -> ReplayResult:
+    """Serve ``workload`` in order; return per-request records and the end state.
+
+    ``on_record``: hand each record to this callback instead of keeping it, so that a big
+    workload's records do not pile up (``records`` is then empty; the summary is the same).
+    """
     run = _ReplayRun(cfg)
-    records = [run.serve(w) for w in workload]
-    return _result(records, run, cfg)
+    if on_record is None:
+        records = [run.serve(w) for w in workload]
+        return _result(records, run, cfg, _Tally.of(records))
+    tally = _Tally()
+    for w in workload:
+        rec = run.serve(w)
+        tally.add(rec)
+        on_record(rec)
+    return _result([], run, cfg, tally)
+
+
+@dataclass
+class _Tally:
+    """What the summary needs from the records, counted as they come."""
+
+    requests: int = 0
+    prompt_total: int = 0
+    hit_total: int = 0
+    reasons: Counter = field(default_factory=Counter)  # aborted, by reason kind
+    examples: dict = field(default_factory=dict)  # kind -> (first full reason, last record seen)
+
+    @classmethod
+    def of(cls, records: Iterable[dict]) -> _Tally:
+        tally = cls()
+        for r in records:
+            tally.add(r)
+        return tally
+
+    def add(self, r: dict) -> None:
+        if r.get("aborted"):
+            kind = reason_kind(r["error"])
+            self.reasons[kind] += 1
+            first = self.examples.get(kind, (r["error"], 0))[0]
+            self.examples[kind] = (first, self.requests)
+        else:
+            self.prompt_total += r["prompt_len"]
+            self.hit_total += r["prefix_len"]
+        self.requests += 1
+
+    def failure_examples(self) -> dict[str, str]:
+        """The first reason of each kind, kinds ordered by their last record, latest first."""
+        order = sorted(self.examples.items(), key=lambda kv: -kv[1][1])
+        return {kind: first for kind, (first, _) in order}
 
 
 class _ReplayRun:
@@ -247,21 +296,18 @@ class _ReplayRun:
         self._check((req,) if req.holds_kv else ())
 
 
-def _result(records: list[dict], run: _ReplayRun, cfg: CacheReplayConfig) -> ReplayResult:
+def _result(records: list[dict], run: _ReplayRun, cfg: CacheReplayConfig, tally: _Tally) -> ReplayResult:
     """The records with the tree's end state and a summary."""
     cache = run.cache
-    served = [r for r in records if not r.get("aborted")]
-    prompt_total = sum(r["prompt_len"] for r in served)
-    hit_total = sum(r["prefix_len"] for r in served)
+    prompt_total, hit_total = tally.prompt_total, tally.hit_total
     stats = cache.tree.stats()
     counters = dict(vars(cache.tree.counters))
-    aborted = [r for r in records if r.get("aborted")]
     summary = dict(
-        requests=len(records),
-        aborted=len(aborted),
+        requests=tally.requests,
+        aborted=sum(tally.reasons.values()),
         # by reason kind (engine/failures.py), with the first full reason of each kind
-        failure_reasons={"aborted": dict(Counter(reason_kind(r["error"]) for r in aborted))},
-        failure_examples={reason_kind(r["error"]): r["error"] for r in reversed(aborted)},
+        failure_reasons={"aborted": dict(tally.reasons)},
+        failure_examples=tally.failure_examples(),
         total_prompt_tokens=prompt_total,
         total_prefix_hit_tokens=hit_total,
         hit_rate=hit_total / prompt_total if prompt_total else 0.0,

@@ -23,7 +23,7 @@ class LockReceipt:
     swa_uuid: int | None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ReqKV:
     """A request's row in the req-to-token pool, reduced to the lengths that drive the cache.
 

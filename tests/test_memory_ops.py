@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
@@ -235,7 +236,7 @@ def test_decode_jump_records_equal_step_by_step(policy) -> None:
         cache.begin_step(5)
         if jump:
             # the same (step, pages) frees as the count path's run_batch (a fresh copy of reqs)
-            twins = [ReqKV(**{**vars(r), "kv_pages": None}) for r in reqs]
+            twins = [dataclasses.replace(r, kv_pages=None) for r in reqs]
             counted = SWA_EVICTION.create(policy, **kwargs).run_batch(
                 twins, DecodeContext(window, p, _NoFrees(), 5), ran
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -90,7 +91,27 @@ def load_trace(
         _directory_format(p)
         return read_ragpulse(p, limit)
     with TraceInput(path) as inp:
-        return _read(inp, fmt or _detect(inp), block_size, continuation, limit)
+        trace = _read(inp, fmt or _detect(inp), block_size, continuation, limit)
+    if len(trace) >= _TRIM_ABOVE:
+        return_freed_memory()
+    return trace
+
+
+#: Traces of at least this many requests give the memory their reading freed back to the OS.
+_TRIM_ABOVE = 1 << 16
+
+
+def return_freed_memory() -> None:
+    """Hand the heap pages that parsing freed back to the OS (glibc's ``malloc_trim``).
+
+    Parsing a big file allocates and frees millions of small objects and mid-sized buffers;
+    without this their pages stay in the process (hundreds of MB on a 1M-request trace) for the
+    whole run. Elsewhere than glibc this does nothing.
+    """
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _read(

@@ -74,3 +74,116 @@ def _token_pages(content: TokenContent, page_size: int) -> tuple[np.ndarray, np.
     _, row_ids = np.unique(rows, axis=0, return_inverse=True)
     chained, _ = chain_block_ids(row_ids.reshape(-1).astype(np.int64), offsets)
     return offsets, chained
+
+
+#: Above this many pages in a trace, ``row_page_keys`` computes page keys chunk by chunk on
+#: demand instead of for the whole trace at once (8 bytes per page: 128 MiB).
+LAZY_PAGES_ABOVE = 1 << 24
+_CHUNK_PAGES = 1 << 20  # pages per lazily computed chunk (8 MiB of keys)
+_CHUNKS_KEPT = 4
+
+
+def row_page_keys(content: Content, page_size: int) -> RowPageKeys | None:
+    """A per-row page-key source for a big hash-block trace, or None where the whole-trace keys
+    (:func:`page_keys`) are the better choice (small traces, raw-token content, huge id ranges).
+
+    Big traces hold 8 bytes per page for every request at once otherwise (a 1M-request Mooncake
+    trace at page 64 has 212M pages: 1.7 GB); the simulator needs a request's pages only while
+    the request is being served.
+    """
+    if page_size < 1:
+        raise ValueError(f"page size must be >= 1, got {page_size}")
+    if not isinstance(content, BlockContent) or len(content.block_lens) == 0:
+        return None
+    page_offsets = np.zeros(len(content.offsets), dtype=np.int64)
+    np.cumsum(content.seq_lens() // page_size, out=page_offsets[1:])
+    if int(page_offsets[-1]) <= LAZY_PAGES_ABOVE:
+        return None
+    b_max = int(content.block_lens.max()) + 1
+    n_chains = int(content.chain_ids.max()) + 1
+    if n_chains * b_max >= 2**62:
+        return None
+    return RowPageKeys(content, page_size, page_offsets, b_max)
+
+
+class RowPageKeys:
+    """Page keys of one row at a time, computed in chunks of rows and kept for the last few chunks.
+
+    A key is ``chain id * b_max + offset of the page end in its block`` with one ``b_max`` for
+    the whole trace, so keys from different chunks compare exactly as :func:`page_keys`' do
+    (equal exactly for equal pages). :meth:`row` returns a copy, so that what a caller keeps
+    (a radix tree node's key) holds that row only, never a whole chunk.
+    """
+
+    def __init__(self, content: BlockContent, page_size: int, page_offsets: np.ndarray, b_max: int) -> None:
+        from traces.schema import row_chunks
+
+        self.content = content
+        self.page_size = page_size
+        self.page_offsets = page_offsets
+        self.b_max = b_max
+        bounds = row_chunks(page_offsets, _CHUNK_PAGES)
+        self._starts = np.array([a for a, _ in bounds] + [len(page_offsets) - 1], dtype=np.int64)
+        self._chunks: dict[int, np.ndarray] = {}
+
+    def __len__(self) -> int:
+        return len(self.page_offsets) - 1
+
+    def row_len(self, i: int) -> int:
+        return int(self.page_offsets[i + 1] - self.page_offsets[i])
+
+    def row(self, i: int) -> np.ndarray:
+        """The page keys of row ``i`` (a fresh int64 array)."""
+        c = int(np.searchsorted(self._starts, i, side="right")) - 1
+        keys = self._chunks.get(c)
+        if keys is None:
+            keys = self._chunk_keys(c)
+        base = int(self.page_offsets[self._starts[c]])
+        return keys[int(self.page_offsets[i]) - base : int(self.page_offsets[i + 1]) - base].copy()
+
+    def _chunk_keys(self, c: int) -> np.ndarray:
+        if len(self._chunks) >= _CHUNKS_KEPT:
+            del self._chunks[next(iter(self._chunks))]  # the oldest
+        a, b = int(self._starts[c]), int(self._starts[c + 1])
+        off = self.content.offsets
+        s, e = int(off[a]), int(off[b])
+        part = BlockContent(off[a : b + 1] - s, self.content.chain_ids[s:e], self.content.block_lens[s:e])
+        keys = _block_page_keys(part, self.page_size, self.b_max)
+        self._chunks[c] = keys
+        return keys
+
+
+def _block_page_keys(content: BlockContent, page_size: int, b_max: int) -> np.ndarray:
+    """:func:`_block_pages`' keys with a fixed ``b_max`` (so keys agree across chunks)."""
+    starts = block_starts(content)
+    ends = starts + content.block_lens
+    first_page = starts // page_size
+    n_pages = ends // page_size - first_page
+    first_end = (first_page + 1) * page_size - starts
+    k, _ = gather_ranges(np.zeros(len(n_pages), np.int64), n_pages)
+    offset_in_block = np.repeat(first_end, n_pages) + k * page_size
+    return np.repeat(content.chain_ids.astype(np.int64, copy=False), n_pages) * b_max + offset_in_block
+
+
+class LazyPages:
+    """A request's page keys, fetched from a :class:`RowPageKeys` on each use.
+
+    Stands in for the ``pages`` array where code only slices it (``pages[:n]``) or takes its
+    length; nothing is held between uses.
+    """
+
+    __slots__ = ("_rows", "_i")
+
+    def __init__(self, rows: RowPageKeys, i: int) -> None:
+        self._rows = rows
+        self._i = i
+
+    def __getitem__(self, key):
+        return self._rows.row(self._i)[key]
+
+    def __len__(self) -> int:
+        return self._rows.row_len(self._i)
+
+    def __array__(self, dtype=None, copy=None):
+        arr = self._rows.row(self._i)
+        return arr if dtype is None else arr.astype(dtype, copy=False)

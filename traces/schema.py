@@ -151,6 +151,16 @@ class Trace:
             self._pages_cache[key] = page_keys(self.content, int(page_size))
         return self._pages_cache[key]
 
+    def row_page_keys(self, page_size: int):
+        """A per-row source of :meth:`page_keys`' keys for a big trace, computed on demand
+        (:class:`traces.pages.RowPageKeys`), or None when the whole-trace arrays are cheap."""
+        from traces.pages import row_page_keys
+
+        key = ("rows", int(page_size))
+        if key not in self._pages_cache:
+            self._pages_cache[key] = row_page_keys(self.content, int(page_size))
+        return self._pages_cache[key]
+
     def prompt_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
         """CSR of the full pages inside each prompt (a prefix of each row of ``sequence_pages``)."""
         offsets, ids = self.sequence_pages(page_size)

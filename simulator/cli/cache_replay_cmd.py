@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,22 +18,46 @@ from simulator.radix.cache import SIZE_KEYS
 _DERIVED = "SGLang's pool sizing for `kvplan run`'s default model and GPU (TP 1) at --page-size"
 
 
-def workload_from_trace(path: Path, page_size: int, limit: int | None) -> list[WorkloadRequest]:
-    """Any trace kvplan reads (the oracle's JSONL included), as page-id requests in file order."""
+def workload_from_trace(path: Path, page_size: int, limit: int | None) -> Sequence[WorkloadRequest]:
+    """Any trace kvplan reads (the oracle's JSONL included), as page-id requests in file order.
+
+    The requests are made as they are read (a big trace's page ids too), so a million of them
+    are never held at once.
+    """
     from traces import load_trace
 
     trace = load_trace(path)
     if limit is not None:
         trace = trace.head(limit)
-    offsets, ids = trace.sequence_pages(page_size)
-    req = trace.requests
-    rids = req["rid"].astype(str).tolist()
-    prompt = req["prompt_len"].to_numpy(np.int64)
-    output = req["output_len"].to_numpy(np.int64)
-    return [
-        WorkloadRequest(rids[i], ids[offsets[i] : offsets[i + 1]], int(prompt[i]), int(output[i]))
-        for i in range(len(rids))
-    ]
+    return _TraceWorkload(trace, page_size)
+
+
+class _TraceWorkload(Sequence):
+    """The rows of a trace as :class:`WorkloadRequest` s, each made when it is asked for."""
+
+    def __init__(self, trace: Any, page_size: int) -> None:
+        from traces.pages import LazyPages
+
+        self._lazy, self._rows = LazyPages, trace.row_page_keys(page_size)
+        if self._rows is None:
+            self._offsets, self._ids = trace.sequence_pages(page_size)
+        req = trace.requests
+        self._rids = req["rid"].astype(str).to_numpy(dtype=object)
+        self._prompt = req["prompt_len"].to_numpy(np.int64)
+        self._output = req["output_len"].to_numpy(np.int64)
+
+    def __len__(self) -> int:
+        return len(self._prompt)
+
+    def __getitem__(self, i: int) -> WorkloadRequest:  # type: ignore[override]
+        if not -len(self) <= i < len(self):
+            raise IndexError(i)
+        i %= len(self)
+        if self._rows is None:
+            pages = self._ids[self._offsets[i] : self._offsets[i + 1]]
+        else:
+            pages = self._lazy(self._rows, i)
+        return WorkloadRequest(self._rids[i], pages, int(self._prompt[i]), int(self._output[i]))
 
 
 @user_errors_exit
@@ -109,20 +134,27 @@ def cache_replay(
         check_invariants=server["check_invariants"],
     )
     requests = workload_from_trace(workload, page_size, limit)
-    result = replay(requests, cfg)
+    # records are printed (--json) or dropped as they come: a big trace's never pile up
+    result = replay(requests, cfg, _print_record if as_json else _drop_record)
     if as_json:
-        for rec in result.records:
-            line = dict(rid=rec["rid"], prompt_len=rec["prompt_len"], prefix_len=rec["prefix_len"])
-            line["output_len"] = rec["answer_len"]
-            line.update({k: rec["after_release"][k] for k in SIZE_KEYS})
-            line["evict_calls"] = rec["evict_calls"]
-            if rec.get("aborted"):
-                line.update(aborted=True, abort_reason=rec["error"])
-            print_json(line)
         print_json({"summary": result.summary})
     else:
         _print_summary(result.summary, workload)
     exit_if_failed(result.summary["aborted"], result.summary["requests"], max_abort_fraction)
+
+
+def _print_record(rec: dict) -> None:
+    line = dict(rid=rec["rid"], prompt_len=rec["prompt_len"], prefix_len=rec["prefix_len"])
+    line["output_len"] = rec["answer_len"]
+    line.update({k: rec["after_release"][k] for k in SIZE_KEYS})
+    line["evict_calls"] = rec["evict_calls"]
+    if rec.get("aborted"):
+        line.update(aborted=True, abort_reason=rec["error"])
+    print_json(line)
+
+
+def _drop_record(rec: dict) -> None:
+    pass
 
 
 def default_pools(page_size: int) -> tuple[int, int, int]:

@@ -133,6 +133,11 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         "the server model refuses it)",
     ),
     ServerFlag(
+        "allow_auto_truncate",
+        ("--allow-auto-truncate",),
+        "cut a prompt longer than the context (or the KV pool) to fit, instead of rejecting it",
+    ),
+    ServerFlag(
         "kv_budget_gib",
         ("--kv-budget-gib",),
         "KV byte budget per rank in GiB, instead of the GPU memory model",

@@ -38,6 +38,7 @@ from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.errors import ConfigError
 from traces.closed_loop import BenchMultiturnLoop, SequentialReplay
+from traces.pages import LazyPages
 from traces.schema import Trace
 
 
@@ -70,7 +71,9 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     """
     if page_size < 1:
         raise ConfigError(f"page size must be >= 1, got {page_size}")
-    offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed
+    rows = trace.row_page_keys(page_size)  # a big trace: each request's keys on demand
+    if rows is None:
+        offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed
     req = trace.requests
     rids = req["rid"].astype(str).tolist()
     session_na = req["session_id"].isna().to_numpy()
@@ -85,7 +88,7 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     return [
         SimRequest(
             rid=rids[i],
-            pages=ids[offsets[i] : offsets[i + 1]],
+            pages=ids[offsets[i] : offsets[i + 1]] if rows is None else LazyPages(rows, i),
             prompt_len=prompt[i],
             output_len=output[i],
             session=sessions[i],

@@ -52,6 +52,7 @@ class SimConfig:
     kv_budget_gib: float | None = None
     # HiCache flags (SGLang's names; declared in simulator/cli/server_flags.py).
     hicache: HiCacheArgs = HiCacheArgs()
+    allow_auto_truncate: bool = False  # cut prompts that do not fit instead of rejecting them
     # --- kvplan policies ------------------------------------------------------------------
     swa_eviction: str = "interval"
     tombstone: str = "unified"

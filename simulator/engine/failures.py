@@ -181,8 +181,11 @@ def failure_report(columns: dict[str, Any]) -> dict[str, Any]:
             kind = reason_kind(reasons[i]) or "unknown"
             by[name][kind] = by[name].get(kind, 0) + 1
     n_rej = int(rejected.sum())
+    truncated = columns.get("truncated")
     return {
         "rejected": n_rej,
+        # cut to fit (--allow-auto-truncate): served, so not among the failures
+        "truncated": 0 if truncated is None else int((np.asarray(truncated, dtype=bool) & real).sum()),
         "failed": int(aborted.sum()) + n_rej,
         "failure_reasons": by,
         "failure_examples": _examples(reasons, aborted | rejected),

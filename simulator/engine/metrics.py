@@ -159,7 +159,7 @@ class Recorder(ServerObserver):
         self.server_config: dict = {}
         self.counters: dict = {}
         self.end_s: float = math.nan
-        self._reqs: dict[int, SimRequest] = {}  # id(req) -> req, in first-seen order
+        self._reqs: dict[SimRequest, None] = {}  # the requests seen, in first-seen order
         self._finished = 0
         # decode steps, in order: (times, #full, #swa) arrays, or the step count of a jump kept
         # in closed form in _jumps; plus per-call constants (expanded with np.repeat)
@@ -170,7 +170,9 @@ class Recorder(ServerObserver):
         self._n_steps = 0
         self._tokens_since_log = 0
         self._last_log_t = 0.0
-        self._prefill: list[tuple] = []
+        self._prefill: list[tuple] = []  # the latest prefill batches; older ones packed:
+        self._prefill_packed: list[np.ndarray] = []
+        self._n_prefill_packed = 0
         self._retract: list[tuple] = []
 
     @classmethod
@@ -187,7 +189,7 @@ class Recorder(ServerObserver):
         self.server_config = dict(config)
 
     def on_arrival(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
 
     def on_prefill_batch(
         self,
@@ -216,6 +218,15 @@ class Recorder(ServerObserver):
                 rnd,
             )
         )
+        if len(self._prefill) >= _PREFILL_PACK:
+            self._pack_prefill()
+
+    def _pack_prefill(self) -> None:
+        """Move the recorded batches into one float64 array (80 bytes a batch instead of ~300
+        as a tuple of Python numbers; every value is a time or a count far below 2**53)."""
+        self._prefill_packed.append(np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS))
+        self._n_prefill_packed += len(self._prefill)
+        self._prefill = []
 
     def on_decode_steps(
         self,
@@ -263,10 +274,10 @@ class Recorder(ServerObserver):
         self._n_steps += jump.steps
 
     def on_first_token(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
 
     def on_finish(self, req: SimRequest) -> None:
-        self._reqs.setdefault(id(req), req)
+        self._reqs.setdefault(req)
         self._finished += 1
         if self.progress is not None:
             self.progress(self._finished)
@@ -338,7 +349,7 @@ class Recorder(ServerObserver):
 
     def _request_columns(self) -> dict[str, Any]:
         """The requests frame's columns as arrays (the summary reads these, no DataFrame)."""
-        reqs = list(self._reqs.values())
+        reqs = list(self._reqs)
         arrival = np.array([r.arrival_s for r in reqs], dtype=np.float64)
         first = np.array([r.first_token_s for r in reqs], dtype=np.float64)
         finish = np.array([r.finish_s for r in reqs], dtype=np.float64)
@@ -361,6 +372,7 @@ class Recorder(ServerObserver):
             "abort_reason": [r.abort_reason for r in reqs],
             # not in REQUEST_FRAME_COLUMNS (frames() keeps its schema); run_config adds it
             "rejected": np.array([r.rejected for r in reqs], dtype=bool),
+            "truncated": np.array([r.truncated for r in reqs], dtype=bool),
         }
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -417,9 +429,11 @@ class Recorder(ServerObserver):
 
     def _prefill_frame(self) -> pd.DataFrame:
         cols = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
-        raw = pd.DataFrame(self._prefill, columns=cols)
-        for c in cols:
-            raw[c] = raw[c].astype(np.float64 if c.startswith("t_") else np.int64)
+        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
+        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
+        raw = pd.DataFrame(
+            {c: rows[:, j].astype(np.float64 if c.startswith("t_") else np.int64) for j, c in enumerate(cols)}
+        )
         raw["full_token_usage"] = self._usage(raw["full_token"].to_numpy(np.float64), "full_tokens")
         raw["swa_token_usage"] = self._usage(raw["swa_token"].to_numpy(np.float64), "swa_tokens")
         return raw[list(PREFILL_FRAME_COLUMNS)]
@@ -429,7 +443,7 @@ class Recorder(ServerObserver):
         return bench_summary(
             self._request_columns(),
             self._decode_columns(),
-            prefill_batches=len(self._prefill),
+            prefill_batches=self._n_prefill_packed + len(self._prefill),
             retractions=self._retract,
             capacity=self.capacity,
             counters=self.counters,
@@ -456,11 +470,15 @@ class Recorder(ServerObserver):
         return out
 
     def report_frames(self) -> dict[str, pd.DataFrame]:
-        """:meth:`frames` with the requests frame's ``rejected`` column (after ``aborted``)."""
+        """:meth:`frames` with the requests frame's ``rejected`` and ``truncated`` columns
+        (after ``aborted``)."""
         frames = self.frames()
         requests = frames["requests"]
-        rejected = np.array([r.rejected for r in self._reqs.values()], dtype=bool)
+        reqs = self._reqs
+        rejected = np.array([r.rejected for r in reqs], dtype=bool)
         requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
+        truncated = np.array([r.truncated for r in reqs], dtype=bool)
+        requests.insert(requests.columns.get_loc("rejected") + 1, "truncated", truncated)
         return frames
 
     def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:
@@ -472,6 +490,9 @@ class Recorder(ServerObserver):
         """
         return write_tables(out_dir, self.report_frames(), self.report_summary(client_mode))
 
+
+_PREFILL_FIELDS = len(PREFILL_FRAME_COLUMNS) - 2  # the two usage columns are computed
+_PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 
 _DECODE_DTYPES = {
     "step": "int64",

@@ -144,6 +144,11 @@ def format_report(summary: dict[str, Any], *, per_round: bool = True, server_met
     then (optionally) kvplan's."""
     failures = format_failures(summary)
     parts = [failures] if failures else []
+    if summary.get("truncated"):
+        parts.append(
+            f"TRUNCATED REQUESTS: {summary['truncated']} prompts were cut to fit "
+            "(--allow-auto-truncate); their lengths below are the cut ones"
+        )
     parts.append(format_bench_summary(summary, per_round=per_round))
     if server_metrics:
         parts.append(format_server_metrics(summary, per_round=per_round))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SimRequest:
     """A request: its content as page ids and lengths, and what the server did with it.
 
@@ -39,6 +39,7 @@ class SimRequest:
     retractions: int = 0
     aborted: bool = False
     rejected: bool = False  # refused on arrival (engine/failures.py), never queued
+    truncated: bool = False  # cut to fit (--allow-auto-truncate; lengths above are the cut ones)
     abort_reason: str = ""
 
     @property

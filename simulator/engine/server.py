@@ -39,6 +39,7 @@ from simulator.engine.server_state import (
     init_req_max_new_tokens,
 )
 from simulator.engine.step_costs import StepCosts
+from simulator.engine.truncation import auto_truncate, truncated_pages
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
 
@@ -112,6 +113,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
         self._req_left = False  # a request left the running batch since the last pass
         self.in_flight = None  # overlap: the launched batch whose results are not processed yet
+        self._fresh_key = -1  # page keys of truncated requests' own pages (trace keys are >= 0)
         self.obs.on_start(
             PoolCapacity(*self.cache.capacity()),
             dict(
@@ -153,6 +155,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         rejected = reject_reason(
             sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
         )
+        if rejected is not None and cfg.allow_auto_truncate:
+            self._truncate(req, max_new if stated else None)  # cut to fit instead
+            rejected = None
         if rejected is not None:
             self._reject(req, rejected)
             return req.done
@@ -169,6 +174,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self._interrupt_before = -math.inf
             self.process.interrupt("arrival")
         return req.done
+
+    def _truncate(self, req: ServerReq, max_new: int | None) -> None:
+        """Cut ``req`` to fit as SGLang does (:mod:`simulator.engine.truncation`)."""
+        cut = auto_truncate(
+            req.prompt_len, req.output_len, max_new, self.pools.context_length, self.pools.full_tokens
+        )
+        req.pages = truncated_pages(req.pages, cut, self.page_size, self._fresh_key)
+        self._fresh_key -= len(req.pages)
+        req.prompt_len, req.output_len = cut.prompt_len, cut.output_len
+        req.max_new_tokens = cut.max_new_tokens
+        sim = req.sim
+        sim.prompt_len, sim.output_len, sim.truncated = cut.prompt_len, cut.output_len, True
 
     def expect_arrival(self, t: float) -> None:
         """The client's next submission will be at ``t`` (an open loop knows its send times).

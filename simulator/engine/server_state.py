@@ -36,7 +36,7 @@ class StuckSimulation(KvplanError):
     """The server stopped making progress; the message says what it was waiting for."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ServerReq(ReqKV):
     """A request inside the server: the cache's ``ReqKV`` plus scheduler state."""
 

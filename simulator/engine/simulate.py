@@ -18,6 +18,7 @@ from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
 from simulator.models import load_model
+from traces.load import return_freed_memory
 
 
 def resolve_pools(cfg: SimConfig):
@@ -103,6 +104,8 @@ def simulate(
     observer = observer or ServerObserver()
     server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops)
     requests = requests_from_trace(trace, pools.page_size)
+    if len(requests) >= 1 << 16:
+        return_freed_memory()  # the temporaries behind a big trace's requests
     start_clients(env, server, trace, cfg, requests)
     with collector_skips_older_objects():
         env.run()
