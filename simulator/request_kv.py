@@ -56,6 +56,12 @@ class ReqKV:
     lock: LockReceipt | None = None
     holds_kv: bool = False
     kv_pages: np.ndarray | None = None
+    # HiCache (simulator/radix/hicache_replay.py): the host-inclusive match of
+    # UnifiedRadixCache.match_prefix and the load-back's result (Req.host_hit_length, ...)
+    best_match_node: object = None
+    host_hit_length: int = 0
+    swa_host_hit_length: int = 0
+    host_loaded_length: int = 0
 
     @property
     def seqlen(self) -> int:
