@@ -310,8 +310,16 @@ def test_out_of_memory_is_one_line(command):
 
     proc = _subprocess([*KVPLAN, *command, str(CASES / "azure-max-length.csv")], preexec_fn=limit)
     err = proc.stderr.decode()
-    assert proc.returncode == 1 and "Traceback" not in err, err
-    assert err.strip().splitlines()[-1].startswith("kvplan: error: out of memory"), err
+    assert "Traceback" not in err, err
+    if command[0] == "cache-replay":
+        assert proc.returncode == 1, err
+        assert err.strip().splitlines()[-1].startswith("kvplan: error: out of memory"), err
+    else:
+        # Served runs build page keys lazily for big traces (traces/pages.py), so the prompt
+        # reaches validate_input_length and is rejected as SGLang rejects it (exit 3).
+        assert proc.returncode == 3, err
+        assert err.strip().splitlines()[-1].startswith("kvplan: error: 1 of 1 requests failed"), err
+        assert "context" in proc.stdout.decode().lower(), proc.stdout.decode()[:2000]
 
 
 def test_generator_reproduces_the_corpus(tmp_path):

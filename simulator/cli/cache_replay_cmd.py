@@ -61,7 +61,15 @@ class _TraceWorkload(Sequence):
 
 
 @user_errors_exit
-@server_options("page_size", *CACHE_POLICY_FLAGS, "check_invariants")
+@server_options(
+    "page_size",
+    *CACHE_POLICY_FLAGS,
+    "check_invariants",
+    "enable_hierarchical_cache",
+    "hicache_write_policy",
+    "hicache_ratio",
+    "hicache_size",
+)
 def cache_replay(
     workload: Annotated[
         Path, typer.Argument(help="JSONL {rid,input_ids,output_ids} or any trace kvplan reads")
@@ -82,18 +90,6 @@ def cache_replay(
         bool, typer.Option("--json", help="one JSON object per request, then a summary")
     ] = False,
     max_abort_fraction: MaxAbortFractionOpt = 0.0,
-    enable_hierarchical_cache: Annotated[
-        bool, typer.Option("--enable-hierarchical-cache", help="HiCache: a host (L2) tier behind the pools")
-    ] = False,
-    hicache_write_policy: Annotated[
-        str, typer.Option("--hicache-write-policy", help="write_through, write_through_selective, write_back")
-    ] = "write_through",
-    hicache_ratio: Annotated[
-        float, typer.Option("--hicache-ratio", help="host pool tokens = device pool tokens x ratio")
-    ] = 2.0,
-    hicache_size: Annotated[
-        float, typer.Option("--hicache-size", help="host GB (1e9 B) for both pools; overrides the ratio")
-    ] = 0.0,
     layers: Annotated[int, typer.Option("--layers", help="model layers (--hicache-size split)")] = 4,
     full_layers: Annotated[int, typer.Option("--full-layers", help="full-attention layers")] = 1,
     head_num: Annotated[int, typer.Option("--head-num", help="KV heads per layer")] = 1,
@@ -111,12 +107,16 @@ def cache_replay(
         full_tokens = full_d if full_tokens is None else full_tokens
         swa_tokens = swa_d if swa_tokens is None else swa_tokens
         window = window_d if window is None else window
-    if enable_hierarchical_cache:
+    hi = server.pop("hicache")  # HiCacheArgs: the flags as declared once in server_flags.py
+    if hi.enabled:
         from simulator.cli.cache_replay_hicache import run_hicache_replay
 
         geometry = dict(layers=layers, full_layers=full_layers, head_num=head_num, head_dim=head_dim)
+        # SGLang's default ratio when none is given is 2.0 (hicache_hook.py), as the oracle's
         hicache = dict(
-            write_policy=hicache_write_policy, hicache_ratio=hicache_ratio, hicache_size=hicache_size
+            write_policy=hi.hicache_write_policy,
+            hicache_ratio=2.0 if hi.hicache_ratio is None else hi.hicache_ratio,
+            hicache_size=hi.hicache_size,
         )
         pools = dict(page_size=page_size, full_tokens=full_tokens, swa_tokens=swa_tokens, window=window)
         requests = workload_from_trace(workload, page_size, limit)
