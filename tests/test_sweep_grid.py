@@ -98,7 +98,9 @@ def test_default_grid_degrades_with_a_note(monkeypatch):
     axes, notes = default_axes()
     names = [a.flag.name for a in axes]
     assert names[0] == "--swa-full-tokens-ratio" and len(axes[0].values) == 10
-    if resolve_flag("--hicache-ratio") is None:
+    from simulator.cli.server_flags import HICACHE_IN_SERVED_RUNS
+
+    if resolve_flag("--hicache-ratio") is None or not HICACHE_IN_SERVED_RUNS:
         assert names == ["--swa-full-tokens-ratio"] and "--hicache-ratio" in notes[0]
     else:
         assert names == ["--swa-full-tokens-ratio", "--hicache-ratio"] and not notes

@@ -230,10 +230,15 @@ def default_axes() -> tuple[list[Axis], list[str]]:
     """The default grid's axes, and a note for each default axis (or value) this kvplan cannot
     sweep: a flag it does not have yet is left out, a value its flag refuses is dropped."""
     axes, notes = [], []
+    from simulator.cli.server_flags import HICACHE_IN_SERVED_RUNS
+
     for name, spec in DEFAULT_GRID:
         flag = resolve_flag(name)
         if flag is None:
             notes.append(f"{name} is not a server flag of this kvplan yet; the default grid leaves it out")
+            continue
+        if flag.field.startswith("hicache.") and not HICACHE_IN_SERVED_RUNS:
+            notes.append(f"{name}: served runs do not model HiCache yet; the default grid leaves it out")
             continue
         values: list[Any] = []
         for item in spec.split(","):
