@@ -17,10 +17,10 @@ import typer
 
 from simulator.cli.common import DEFAULT_TRACE, JsonOpt, OutOpt, ProgressOpt, print_json, user_errors_exit
 from simulator.cli.failed_runs import MaxAbortFractionOpt, exit_if_failed
-from simulator.cli.server_flags import ALL_FLAGS, choice_check, server_options
+from simulator.cli.server_flags import ALL_FLAGS, server_options
+from simulator.cli.trace_options import BlockSizeOpt, FormatOpt, LimitOpt, TimeScaleOpt
 from simulator.engine.config import SimConfig
 from simulator.run import RunResult
-from traces.load import FORMATS
 
 _D = SimConfig()  # the workload options' defaults come from the config too
 
@@ -118,21 +118,10 @@ def run(
     trace: Annotated[
         Path, typer.Option("--trace", help="any trace kvplan reads (default: the bundled Mooncake sample)")
     ] = DEFAULT_TRACE,
-    fmt: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            help=f"trace format (default: detected): {', '.join(FORMATS)}",
-            callback=choice_check(lambda: FORMATS, "--format"),
-        ),
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option("--block-size", help="Mooncake hash-id block size")
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="serve only the first N requests")] = None,
-    time_scale: Annotated[
-        float, typer.Option("--time-scale", help="multiply the trace's inter-arrival times")
-    ] = _D.time_scale,
+    fmt: FormatOpt = None,
+    block_size: BlockSizeOpt = None,
+    limit: LimitOpt = None,
+    time_scale: TimeScaleOpt = _D.time_scale,
     request_rate: Annotated[
         float | None,
         typer.Option(

@@ -14,9 +14,9 @@ from typing import Annotated, Any
 import typer
 
 from simulator.cli.common import DEFAULT_TRACE, JsonOpt, ProgressOpt, print_json, user_errors_exit
-from simulator.cli.server_flags import ALL_FLAGS, choice_check, server_options
+from simulator.cli.server_flags import ALL_FLAGS, server_options
+from simulator.cli.trace_options import BlockSizeOpt, FormatOpt, LimitOpt, TimeScaleOpt
 from simulator.engine.config import SimConfig
-from traces.load import FORMATS
 
 _D = SimConfig()
 # --log-decode prints per step: meaningless from many workers at once.
@@ -71,21 +71,10 @@ def sweep(
     compact: Annotated[
         bool, typer.Option("--compact", help="after the sweep, union the store's run files into one")
     ] = False,
-    fmt: Annotated[
-        str | None,
-        typer.Option(
-            "--format",
-            help=f"trace format (default: detected): {', '.join(FORMATS)}",
-            callback=choice_check(lambda: FORMATS, "--format"),
-        ),
-    ] = None,
-    block_size: Annotated[
-        int | None, typer.Option("--block-size", help="Mooncake hash-id block size")
-    ] = None,
-    limit: Annotated[int | None, typer.Option("--limit", help="serve only the first N requests")] = None,
-    time_scale: Annotated[
-        float, typer.Option("--time-scale", help="multiply the trace's inter-arrival times")
-    ] = _D.time_scale,
+    fmt: FormatOpt = None,
+    block_size: BlockSizeOpt = None,
+    limit: LimitOpt = None,
+    time_scale: TimeScaleOpt = _D.time_scale,
     request_rate: Annotated[
         float | None, typer.Option("--request-rate", help="Poisson arrivals at this rate (req/s)")
     ] = _D.request_rate,
