@@ -38,6 +38,7 @@ class _TraceWorkload(Sequence):
     def __init__(self, trace: Any, page_size: int) -> None:
         from traces.pages import LazyPages
 
+        self.trace = trace  # kept for provenance (its content hash)
         self._lazy, self._rows = LazyPages, trace.row_page_keys(page_size)
         if self._rows is None:
             self._offsets, self._ids = trace.sequence_pages(page_size)
@@ -137,7 +138,9 @@ def cache_replay(
     # records are printed (--json) or dropped as they come: a big trace's never pile up
     result = replay(requests, cfg, _print_record if as_json else _drop_record)
     if as_json:
-        print_json({"summary": result.summary})
+        from simulator.provenance import provenance
+
+        print_json({"summary": result.summary, "provenance": provenance(requests.trace)})
     else:
         _print_summary(result.summary, workload)
     exit_if_failed(result.summary["aborted"], result.summary["requests"], max_abort_fraction)

@@ -47,7 +47,9 @@ def run_hicache_replay(
     if as_json:
         for rec in result["requests"]:
             print_json(rec)
-        print_json({"summary": summary})
+        from simulator.provenance import provenance
+
+        print_json({"summary": summary, "provenance": provenance(getattr(requests, "trace", None))})
         return
     typer.echo(f"cache-replay (HiCache {cfg.write_policy}): {path.name}")
     for key, value in summary.items():

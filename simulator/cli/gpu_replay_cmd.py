@@ -114,7 +114,9 @@ def gpu_replay(
 
         write_json(summary_out, summary)
     if as_json:
-        print_json(summary)
+        from simulator.provenance import provenance
+
+        print_json({**summary, "provenance": provenance()})
         return
     _print(summary, out)
 

@@ -60,6 +60,9 @@ def pools(
         out["gpu"] = None if sizes.memory is None else sizes.memory.gpu
         if hicache.enabled:
             out["hicache"] = hicache_summary(sizes, hicache)
+        from simulator.provenance import provenance
+
+        out["provenance"] = provenance(profile_path=config.profile)
         print_json(out)
     else:
         _print_table(sizes)
