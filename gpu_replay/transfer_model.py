@@ -215,13 +215,32 @@ def named(form: str, c: list[float], page_bytes: int) -> dict:
     return out
 
 
+def other_machine(train: CallTable, test: CallTable, split: dict, form: str, objective: str) -> float:
+    """Coefficients fitted on ``train``'s fit logs, scored on ``test``'s held-out logs (another
+    machine's replays of them): median |% error| per step against ``test``'s repeat median."""
+    fit_logs = [Path(p).stem for p in split["oplogs"]["fit"]]
+    held = [Path(p).stem for p in split["oplogs"]["heldout"]]
+    x, y, logs = step_arrays(train, form)
+    m = np.isin(logs, fit_logs)
+    c = fit(x[m], np.median(y[m], axis=1), objective)
+    xt, yt, lt = step_arrays(test, form)
+    k = np.isin(lt, held)
+    return _errors(c, xt[k], yt[k])[0]
+
+
+def _impl(name: str) -> str:
+    """``calls-<machine>-<impl>[-iso]`` -> ``<impl>``."""
+    return name.removeprefix("calls-").split("-", 1)[1].removesuffix("-iso")
+
+
 def report(results: Path, page_bytes: int) -> dict:
-    """Cross-validation, the chosen form's held-out errors and every form's, per calls table."""
+    """Cross-validation, the chosen form's held-out errors and every form's, per calls table;
+    and each table's chosen fit scored on the other machines' held-out replays of that kernel."""
     split = json.loads(SPLIT.read_text())
     fit_logs = [Path(p).stem for p in split["oplogs"]["fit"]]
     out: dict = {}
-    for path in sorted(results.glob("calls-*.csv.gz")):
-        t = load_calls(path)
+    tables = {p.name.removesuffix(".csv.gz"): load_calls(p) for p in sorted(results.glob("calls-*.csv.gz"))}
+    for name, t in tables.items():
         cv = cross_validate(t, fit_logs)
         chosen = evaluate(t, split, cv[0]["form"], cv[0]["objective"])
         chosen["named"] = named(chosen["form"], chosen["coefficients_s"], page_bytes)
@@ -232,12 +251,18 @@ def report(results: Path, page_bytes: int) -> dict:
         }
         sim = evaluate(t, split, "per_call", "l2")
         sim["named"] = named("per_call", sim["coefficients_s"], page_bytes)
-        out[path.name.removesuffix(".csv.gz")] = {
+        others = {
+            o: other_machine(t, tables[o], split, chosen["form"], chosen["objective"])
+            for o in tables
+            if o != name and _impl(o) == _impl(name)
+        }
+        out[name] = {
             "repeats": int(t.secs.shape[1]),
             "cross_validation": cv,
             "chosen": chosen,
             "simulator_form": sim,
             "heldout_median_abs_pct_every_form": every,
+            "heldout_median_abs_pct_on_other_machines": others,
         }
     return out
 
@@ -255,7 +280,11 @@ def main() -> None:
         print(
             f"{name:28s} chosen {c['form']}/{c['objective']} held-out {c['heldout']['median_abs_pct']:.2f}% "
             f"(fit {c['fit']['median_abs_pct']:.2f}%, noise {c['heldout']['repeat_noise_pct']:.1f}%); "
-            f"simulator form held-out {s['heldout']['median_abs_pct']:.2f}%"
+            f"simulator form held-out {s['heldout']['median_abs_pct']:.2f}%; on other machines "
+            + ", ".join(
+                f"{k.split('-')[1]} {v:.2f}%"
+                for k, v in r["heldout_median_abs_pct_on_other_machines"].items()
+            )
         )
 
 
