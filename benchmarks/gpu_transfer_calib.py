@@ -299,6 +299,117 @@ def runs2(b, reps: int, res: dict) -> None:
         )
 
 
+def _check_moves(mover, host, dev, hp, dp, layers, direction: str) -> None:
+    """Poison the destination rows, move, compare every moved row with its source (token rows by
+    plain indexing, both components, every layer)."""
+    page = host.geo.page_size
+    hi, di = base._slots(hp, page), base._slots(dp, page)
+    for comp in ("k", "v"):
+        for lay in layers:
+            dst = dev.k[lay] if comp == "k" else dev.v[lay]
+            hv = host.layer_view(comp, lay)
+            if direction == "h2d":
+                dst.view(torch.int16)[di.cuda()] = -7
+            else:
+                hv.view(torch.int16)[hi] = -7
+    mover.transfer(hi, di, layers, direction)
+    torch.cuda.synchronize()
+    for comp in ("k", "v"):
+        for lay in layers:
+            d = (dev.k[lay] if comp == "k" else dev.v[lay])[di.cuda()].cpu()
+            h = host.layer_view(comp, lay)[hi]
+            if not torch.equal(d.view(torch.int16), h.view(torch.int16)):
+                raise AssertionError(f"{direction} layer {lay} {comp}: moved rows differ")
+
+
+def runs3_own_stream(b, reps: int, res: dict) -> None:
+    """``runs3`` issued and timed on a stream of its own, as SGLang's load/write streams are (no
+    side-stream hand-off per call: the batch call refuses only the legacy default stream)."""
+    first = len(res["runs3"])
+    with torch.cuda.stream(torch.cuda.Stream()):
+        runs3(b, reps, res, check=False)
+    for r in res["runs3"][first:]:
+        r["stream"] = "own"
+
+
+def runs3(b, reps: int, res: dict, check: bool = True) -> None:
+    """Copy engines, one cudaMemcpy2DAsync per merged page run covering all layers (layer_first
+    host against a stacked device pool): checked on run-structured pages, then bulk and per-layer
+    bandwidth beside the batch copies of the same pages."""
+    n_layers, plb, page = b.geo.layer_num, b.geo.page_layer_bytes, b.geo.page_size
+    host = b.hosts["layer_first"]
+    pitched = KVTransfer(host, b.dev_stacked, "direct", "cxx_pitched")
+    movers = {
+        "cxx_pitched[merged]": (pitched, b.dev_stacked),
+        "cxx_batch[s1mb128]": (KVTransfer(host, b.dev, "direct", "cxx_batch", max_batch=128), b.dev),
+        "cxx_batch[s2mb128]": (
+            KVTransfer(host, b.dev, "direct", "cxx_batch", streams=2, max_batch=128),
+            b.dev,
+        ),
+    }
+    shapes = [(f"run{r}", r) for r in (1, 4, 16, 64)]
+    shapes += [(f"log:{k}", v) for k, v in sorted(b.run_lengths.items()) if isinstance(v, list)]
+
+    def pages(n, shape):
+        if isinstance(shape, int):
+            return _run_pages(n, shape, b.geo.host_pages, b.gen), _run_pages(
+                n, shape, b.geo.device_pages, b.gen
+            )
+        dp = _log_pages(n, shape, b.geo.device_pages, b.gen)
+        br = torch.nonzero(torch.diff(dp) != 1).flatten() + 1
+        lens = torch.diff(torch.cat([torch.tensor([0]), br, torch.tensor([len(dp)])])).tolist()
+        return _place(lens, b.geo.host_pages, b.gen), dp
+
+    for label, shape in (shapes[1:3] + shapes[4:5]) if check else []:
+        hp, dp = pages(96, shape)
+        for d in ("h2d", "d2h"):
+            _check_moves(pitched, host, b.dev_stacked, hp, dp, tuple(range(n_layers)), d)
+            _check_moves(pitched, host, b.dev_stacked, hp, dp, (3,), d)
+        res["checks"].append(f"cxx_pitched merged {label}: h2d and d2h, all layers and one layer, rows equal")
+        print(res["checks"][-1], flush=True)
+    for label, shape in shapes:
+        hp, dp = pages(512, shape)
+        hi, di = base._slots(hp, page), base._slots(dp, page)
+        for name, (m, _) in movers.items():
+            for d in ("h2d", "d2h"):
+                secs = base._time(
+                    lambda m=m, d=d, h=hi, g=di: m.transfer(h, g, tuple(range(n_layers)), d), reps
+                )
+                row = {"kind": "bulk", "impl": name, "pages_shape": label, "direction": d, "pages": 512}
+                res["runs3"].append(row | base._stats(512 * n_layers * plb, secs))
+        last = [r for r in res["runs3"] if r["pages_shape"] == label and r["kind"] == "bulk"]
+        print(
+            f"bulk {label:12s} "
+            + " ".join(f"{r['impl']}:{r['direction']} {r['gbps_median']:.1f}" for r in last),
+            flush=True,
+        )
+    for label, shape in shapes[4:]:
+        for prefix in base.PREFIXES:
+            n = prefix // page
+            hp, dp = pages(n, shape)
+            hi, di = base._slots(hp, page), base._slots(dp, page)
+            for name in ("cxx_pitched[merged]", "cxx_batch[s1mb128]"):
+                m = movers[name][0]
+                for d in ("h2d", "d2h"):
+
+                    def loop(m=m, d=d, h=hi, g=di):
+                        for layer in range(n_layers):
+                            m.transfer(h, g, (layer,), d)
+
+                    secs = [s / n_layers for s in base._time(loop, reps)]
+                    row = {"kind": "per_layer", "impl": name, "pages_shape": label, "direction": d}
+                    res["runs3"].append(row | {"prefix": prefix} | base._stats(n * plb, secs))
+        last = [r for r in res["runs3"] if r["pages_shape"] == label and r["kind"] == "per_layer"]
+        print(
+            f"per-layer {label:12s} "
+            + " ".join(
+                f"{r['prefix'] // 1024}k:{r['impl'][:9]}:{r['direction']} {r['gbps_median']:.1f}"
+                for r in last
+            ),
+            flush=True,
+        )
+
+
 def _place(lens: list[int], total: int, gen: torch.Generator) -> torch.Tensor:
     n = sum(lens)
     free = total - 1 - n - len(lens)
@@ -376,17 +487,31 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     parts = args.parts.split(",")
-    res: dict = {"environment": {}, "grid": [], "runs": [], "runs2": [], "peak": None}
+    res: dict = {
+        "environment": {},
+        "grid": [],
+        "runs": [],
+        "runs2": [],
+        "runs3": [],
+        "checks": [],
+        "peak": None,
+    }
     from gpu_replay.replay_report import device_info
 
     res["environment"] = device_info("cuda")
     t0 = time.perf_counter()
-    if {"grid", "runs", "runs2"} & set(parts):
+    if {"grid", "runs", "runs2", "runs3", "runs3s"} & set(parts):
         res["peak"] = base.copy_peak()
         print("peak", {k: round(v["gbps_best"], 2) for k, v in res["peak"].items()}, flush=True)
         b = base.Bench(_args(args))
         b.run_lengths = json.loads(args.run_lengths.read_text()) if args.run_lengths else {}
-        for part, fn in (("grid", grid), ("runs", runs), ("runs2", runs2)):
+        for part, fn in (
+            ("grid", grid),
+            ("runs", runs),
+            ("runs2", runs2),
+            ("runs3", runs3),
+            ("runs3s", runs3_own_stream),
+        ):
             if part in parts:
                 try:
                     fn(b, args.reps, res)
