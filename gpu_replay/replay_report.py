@@ -45,8 +45,13 @@ def write_table(path: str | Path, rows: list[StepRow]) -> Path:
     w = csv.writer(buf)
     w.writerow(TABLE_COLUMNS)
     for r in rows:
-        w.writerow([getattr(r, c) for c in TABLE_COLUMNS])
+        w.writerow([_cell(getattr(r, c)) for c in TABLE_COLUMNS])
     return _atomic_write(path, buf.getvalue())
+
+
+def _cell(v: object) -> object:
+    """Lists (per-call pages and seconds) as ``;``-joined values."""
+    return ";".join(f"{x:.9g}" if isinstance(x, float) else str(x) for x in v) if isinstance(v, list) else v
 
 
 def write_json(path: str | Path, data: dict) -> Path:
