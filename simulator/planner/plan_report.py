@@ -159,7 +159,8 @@ def format_text(plan: dict[str, Any]) -> str:
     if rec["cost"] is not None:
         c = rec["cost"]
         lines.append(
-            f"cost: {c['gpu_kv_gib']:.1f} GiB GPU KV + {c['host_gib']:.1f} GiB host = ${c['per_hour']:.3f}/hour"
+            f"cost: {c['gpu_kv_gib']:.1f} GiB GPU KV + {c['host_gib']:.1f} GiB host "
+            f"= ${c['per_hour']:.3f}/hour"
         )
     for text, s in plan["slo"].items():
         value = "n/a" if s["value"] is None else f"{s['value']:.4g}"

@@ -221,11 +221,24 @@ def _refine_swa(space: SearchSpace, oracle: Oracle, trail: SearchTrail) -> None:
             return
         points = [(Column(m, col.hicache), lo) for m in mids]
         _evaluate(trail, oracle, points, "swa-bisection")
-        for c, f in points:
-            if trail.results[(c, f)].met:
-                below = [x for x in space.fractions if x < f]
-                trail.brackets[c] = (max(below) if below else space.f0, f)
-                _bisect_memory(space, oracle, trail, [c])
+        winners = [c for c, f in points if trail.results[(c, f)].met]
+        if winners:
+            _place_new_columns(space, oracle, trail, winners, lo)
+
+
+def _place_new_columns(
+    space: SearchSpace, oracle: Oracle, trail: SearchTrail, cols: list[Column], passed_at: float
+) -> None:
+    """New columns that pass at ``passed_at``: run them at the coarse levels below it (one
+    batch), bracket each between its largest failing level and its cheapest pass, bisect."""
+    below = [f for f in space.fractions if f < passed_at]
+    _evaluate(trail, oracle, [(c, f) for c in cols for f in below], "swa-bisection")
+    for c in cols:
+        passing = [f for f in [*below, passed_at] if trail.results[(c, f)].met]
+        hi = min(passing)
+        failing = [f for f in below if f < hi]
+        trail.brackets[c] = (max(failing) if failing else space.f0, hi)
+    _bisect_memory(space, oracle, trail, cols)
 
 
 def _refine_hicache(space: SearchSpace, oracle: Oracle, trail: SearchTrail) -> None:
