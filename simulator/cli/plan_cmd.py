@@ -33,14 +33,14 @@ DEFAULT_PLAN_JOBS = 2
 @server_options(*PLAN_FLAGS)
 def plan(
     slo: Annotated[
-        str,
+        str | None,
         typer.Option(
             "--slo",
             help="objectives, comma-separated: PATH OP NUMBER, PATH a number of `kvplan run --json` "
             '(ttft.p90, cache_hit_rate, ...), OP <=, >=, < or >; e.g. "ttft.p90<=1.0,cache_hit_rate>=0.6". '
-            "No request may be aborted or rejected.",
+            "Always implied: no request aborted or rejected (the only objective without --slo).",
         ),
-    ],
+    ] = None,
     trace: Annotated[
         Path, typer.Option("--trace", help="any trace kvplan reads (default: the bundled Mooncake sample)")
     ] = DEFAULT_TRACE,
@@ -109,7 +109,7 @@ def plan(
     from simulator.planner.slo import parse_slos
     from simulator.planner.what_if import apply_what_if, parse_what_if
 
-    slos = parse_slos(slo)
+    slos = () if slo is None else parse_slos(slo)
     changes = [parse_what_if(w) for w in what_if or []]
     prices = _prices(gpu_price, host_price, Prices)
     if output is not None and store is not None:

@@ -144,9 +144,9 @@ def search_object(setup: PlanSetup, oracle: SweepOracle) -> dict[str, Any]:
         "runs": sum(s["runs"] for s in summaries),
         "ran": sum(s["ran"] for s in summaries),
         "reused": sum(s["reused"] for s in summaries),
-        "backend": summaries[0]["backend"] if summaries else None,
-        "workers": summaries[0]["workers"] if summaries else None,
-        "store": summaries[0]["store"] if summaries else None,
+        "backend": oracle.backend.name,
+        "workers": oracle.backend.workers,
+        "store": None if oracle.store is None else str(oracle.store.path),
         "notes": list(setup.notes),
     }
 

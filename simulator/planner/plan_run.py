@@ -17,7 +17,7 @@ from typing import Any
 
 from simulator.engine.config import SimConfig
 from simulator.errors import FlagError, KvplanError
-from simulator.planner.backends import Backend
+from simulator.planner.backends import Backend, SerialBackend
 from simulator.planner.grid import Axis, apply_point, resolve_flag
 from simulator.planner.keys import RunIdentity
 from simulator.planner.plan_cost import Cost, Prices, config_cost, memory_range
@@ -177,10 +177,12 @@ class SweepOracle:
             for f in fields
         )
         records: list[dict[str, Any]] = []
+        # A one-point batch (a bisection step) runs here: a worker pool would only add its start-up.
+        backend = self.backend if len(points) > 1 else SerialBackend()
         summary = run_sweep(
             self.trace,
             SweepSpec(self.setup.base, axes),
-            backend=self.backend,
+            backend=backend,
             store=self.store,
             on_point=records.append,
             progress=self.progress,
