@@ -44,7 +44,7 @@ def met_reasons(setup: PlanSetup, oracle: SweepOracle, trail: SearchTrail, pick:
     out = [f"cheapest configuration meeting every SLO: {_where(oracle, pick)}"]
     lo = trail.brackets.get(col, (setup.space.f0, f))[0]
     below = (col, lo)
-    if len(setup.space.fractions) == 1:
+    if setup.base.mem_fraction_static is not None:
         out.append("GPU memory was not searched (--mem-fraction-static given)")
     elif below in oracle.evaluated and lo < f:
         fails = describe_failures(oracle.evaluated[below].verdict, setup.slos)

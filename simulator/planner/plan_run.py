@@ -79,8 +79,9 @@ def make_space(
 
         hicache_in_served_runs = HICACHE_IN_SERVED_RUNS
     if base.mem_fraction_static is not None:
+        # a fixed fraction is its own floor: nothing below it is tried
         fractions: tuple[float, ...] = (base.mem_fraction_static,)
-        f0 = 0.0
+        f0 = base.mem_fraction_static
         notes.append(f"--mem-fraction-static {base.mem_fraction_static:g} is fixed: memory is not searched")
     else:
         rng = memory_range(base, f_max)
