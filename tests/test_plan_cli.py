@@ -126,3 +126,19 @@ def test_bad_flags_are_one_line_errors(extra, message):
     assert result.exit_code == 1
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1
+
+
+def test_seeds_the_recommendation_meets_the_slos_at_every_seed():
+    slo = "ttft.p90<=1.5"
+    args = ["plan", *COMMON, "--tp", "8", "--page-size", "64", "--levels", "9", "--swa-ratios", "0.3"]
+    args += ["--request-rate", "4", "--seeds", "3", "-j", "1", "--no-progress", "--slo", slo, "--json"]
+    plan = json.loads(_invoke(args).stdout)
+    rec = plan["recommended"]
+    assert plan["met"] and rec["seeds"] == [0, 1, 2] and "ttft.p90" in rec["interval"]
+    ttfts = []
+    for seed in rec["seeds"]:
+        run = ["run", *COMMON, *_flag_args(rec["flags"]), "--request-rate", "4", "--seed", str(seed)]
+        summary = json.loads(_invoke([*run, "--json"]).stdout)
+        assert judge(summary, parse_slos(slo)).met
+        ttfts.append(summary["ttft"]["p90"])
+    assert rec["metrics"]["ttft"]["p90"] == pytest.approx(sum(ttfts) / 3)

@@ -72,6 +72,13 @@ def plan(
             "--max-mem-fraction", help="the most --mem-fraction-static to consider (default: SGLang's)"
         ),
     ] = None,
+    seeds: Annotated[
+        int,
+        typer.Option(
+            "--seeds",
+            help="run each configuration at N seeds (--seed ..); it must meet the SLOs at every one",
+        ),
+    ] = 1,
     jobs: Annotated[
         int, typer.Option("-j", "--jobs", help="local worker processes (1 = in this process)")
     ] = DEFAULT_PLAN_JOBS,
@@ -127,7 +134,9 @@ def plan(
     for change in changes:
         tr = apply_what_if(tr, change, seed=seed)
         notes.append(f"what-if {change.text}: {len(tr)} requests")
-    setup = PlanSetup(base, slos, prices, space, hicache_axis, tuple(notes))
+    if seeds < 1:
+        raise FlagError(f"--seeds must be >= 1, got {seeds}")
+    setup = PlanSetup(base, slos, prices, space, hicache_axis, tuple(notes), seeds=seeds)
     store_dir = output / "store" if output is not None else store
     oracle = SweepOracle(
         tr,

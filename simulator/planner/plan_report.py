@@ -70,13 +70,16 @@ def plan_object(setup: PlanSetup, oracle: SweepOracle, trail: SearchTrail) -> di
         raise ValueError("the search evaluated no point")
     chosen = oracle.evaluated[pick]
     flags = sglang_flags(chosen.config)
+    recommended = {
+        "flags": flags,
+        "metrics": chosen.record["metrics"],
+        "cost": None if chosen.cost is None else chosen.cost.to_dict(),
+        "error": chosen.record["error"],
+    }
+    if setup.seeds > 1:  # the mean over the seeds; met at every one of them
+        recommended.update(seeds=chosen.record["seeds"], interval=chosen.record.get("interval"))
     return {
-        "recommended": {
-            "flags": flags,
-            "metrics": chosen.record["metrics"],
-            "cost": None if chosen.cost is None else chosen.cost.to_dict(),
-            "error": chosen.record["error"],
-        },
+        "recommended": recommended,
         "launch_flags": launch_string(flags),
         "slo": slo_object(setup, oracle, pick),
         "met": met,
@@ -136,6 +139,7 @@ def search_object(setup: PlanSetup, oracle: SweepOracle) -> dict[str, Any]:
         "swa_ratios": list(space.swa_ratios),
         "hicache_ratios": list(space.hicache_ratios),
         "hicache_searched": setup.hicache_axis,
+        "seeds": setup.seeds,
         "prices": dataclasses.asdict(setup.prices),
         "batches": [
             {"stage": s["stage"], "points": s["points"], "ran": s["ran"], "reused": s["reused"]}

@@ -18,7 +18,7 @@ from typing import Any
 from simulator.engine.config import SimConfig
 from simulator.errors import FlagError, KvplanError
 from simulator.planner.backends import Backend, SerialBackend
-from simulator.planner.grid import Axis, apply_point, resolve_flag
+from simulator.planner.grid import Axis, AxisFlag, apply_point, resolve_flag
 from simulator.planner.keys import RunIdentity
 from simulator.planner.plan_cost import Cost, Prices, config_cost, memory_range
 from simulator.planner.plan_search import Outcome, Point, SearchSpace, quantize, search
@@ -45,6 +45,7 @@ class PlanSetup:
     space: SearchSpace
     hicache_axis: bool
     notes: tuple[str, ...] = ()
+    seeds: int = 1  # each point at seeds base.seed .. base.seed + seeds - 1; all must meet
 
 
 def memory_levels(f0: float, f_max: float, levels: int, quantum: float = 0.001) -> tuple[float, ...]:
@@ -168,21 +169,19 @@ class SweepOracle:
         return 0.0 if c is None else c.per_hour
 
     def evaluate(self, points: Sequence[Point], stage: str) -> dict[Point, Outcome]:
-        """One sweep over ``points``; every run is stored as it finishes."""
+        """One sweep over ``points`` (each at every seed); every run is stored as it finishes."""
         if self.on_batch is not None:
             self.on_batch(stage, len(points))
+        seeds = self.setup.seeds
         values = [self.values(p) for p in points]
-        fields = list(dict.fromkeys(k for v in values for k in v))
-        axes = tuple(
-            Axis(resolve_flag(f), tuple(dict.fromkeys(v[f] for v in values)))  # type: ignore[arg-type]
-            for f in fields
-        )
+        if seeds > 1:
+            values = [{**v, "seed": self.setup.base.seed + s} for v in values for s in range(seeds)]
         records: list[dict[str, Any]] = []
-        # A one-point batch (a bisection step) runs here: a worker pool would only add its start-up.
-        backend = self.backend if len(points) > 1 else SerialBackend()
+        # A one-run batch (a bisection step) runs here: a worker pool would only add its start-up.
+        backend = self.backend if len(values) > 1 else SerialBackend()
         summary = run_sweep(
             self.trace,
-            SweepSpec(self.setup.base, axes),
+            SweepSpec(self.setup.base, _axes(values)),
             backend=backend,
             store=self.store,
             on_point=records.append,
@@ -191,23 +190,51 @@ class SweepOracle:
             points=values,
         )
         self.summaries.append({"stage": stage, **summary})
-        out = {}
-        for point, record in zip(points, records, strict=True):
-            out[point] = self._judge(point, record, stage)
-        return out
+        return {p: self._judge(p, records[i * seeds : (i + 1) * seeds], stage) for i, p in enumerate(points)}
 
-    def _judge(self, point: Point, record: dict[str, Any], stage: str) -> Outcome:
+    def _judge(self, point: Point, records: list[dict[str, Any]], stage: str) -> Outcome:
+        """A point's verdict: met only if met at every seed; its metrics are the seeds' mean."""
+        record = _merge_seeds(records)
         metrics = record["metrics"]
         if metrics is not None and not self._paths_checked:
             for s in self.setup.slos:
                 check_path(s.path, metrics)
             self._paths_checked = True
-        verdict = judge(metrics, self.setup.slos)
+        verdicts = [judge(r["metrics"], self.setup.slos) for r in records]
+        mean = judge(metrics, self.setup.slos)
+        worst = {k: max(v.violations[k] for v in verdicts) for k in mean.violations}
+        verdict = Verdict(all(v.met for v in verdicts), mean.values, worst)
         cfg = self.config(point)
         cost = config_cost(cfg, self.setup.prices)
         self.evaluated[point] = Evaluated(cfg, record, verdict, cost, stage)
         price = math.inf if cost is None or metrics is None else cost.per_hour
         return Outcome(verdict.met, price, verdict.total, _slack(metrics, self.setup.slos))
+
+
+def _axes(values: Sequence[dict[str, Any]]) -> tuple[Axis, ...]:
+    """The sweep's axes over the fields the points set (the seed included, with --seeds)."""
+    fields = list(dict.fromkeys(k for v in values for k in v))
+    out = []
+    for f in fields:
+        flag = AxisFlag("seed", "--seed") if f == "seed" else resolve_flag(f)
+        assert flag is not None, f
+        out.append(Axis(flag, tuple(dict.fromkeys(v[f] for v in values))))
+    return tuple(out)
+
+
+def _merge_seeds(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One seed's record as is; several: the first's, with the mean metrics, the 95% interval
+    (:func:`simulator.planner.stats.aggregate`) and every seed, or the first refusal."""
+    from simulator.planner.stats import aggregate
+
+    if len(records) == 1:
+        return records[0]
+    merged = {**records[0], "seeds": [s for r in records for s in r["seeds"]]}
+    errors = [r["error"] for r in records if r["error"] is not None]
+    if errors:
+        return {**merged, "metrics": None, "error": errors[0]}
+    merged["metrics"], merged["interval"] = aggregate([r["metrics"] for r in records])
+    return merged
 
 
 def _slack(metrics: dict[str, Any] | None, slos: tuple[Slo, ...]) -> float:
