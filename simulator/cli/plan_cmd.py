@@ -119,6 +119,10 @@ def plan(
     slos = () if slo is None else parse_slos(slo)
     changes = [parse_what_if(w) for w in what_if or []]
     prices = _prices(gpu_price, host_price, Prices)
+    if max_mem_fraction is not None and not 0 < max_mem_fraction <= 1:
+        raise FlagError(f"--max-mem-fraction must be in (0, 1], got {max_mem_fraction}")
+    if seeds < 1:
+        raise FlagError(f"--seeds must be >= 1, got {seeds}")
     if output is not None and store is not None:
         raise FlagError("-o DIR keeps the store in DIR/store; give -o or --store, not both")
     workload = dict(time_scale=time_scale, request_rate=request_rate, think_time_s=think_time)
@@ -134,8 +138,6 @@ def plan(
     for change in changes:
         tr = apply_what_if(tr, change, seed=seed)
         notes.append(f"what-if {change.text}: {len(tr)} requests")
-    if seeds < 1:
-        raise FlagError(f"--seeds must be >= 1, got {seeds}")
     setup = PlanSetup(base, slos, prices, space, hicache_axis, tuple(notes), seeds=seeds)
     store_dir = output / "store" if output is not None else store
     oracle = SweepOracle(
