@@ -14,6 +14,7 @@ from simulator.cli import (
     demo_cmd,
     gpu_replay_cmd,
     ops_cmd,
+    plan_cmd,
     pools_cmd,
     run_cmd,
     step_replay_cmd,
@@ -57,6 +58,7 @@ app.command("run")(run_cmd.run)
 app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
 app.command("sweep")(sweep_cmd.sweep)
 app.command("bound")(bound_cmd.bound)
+app.command("plan")(plan_cmd.plan)
 app.command("step-replay")(step_replay_cmd.step_replay)
 app.command("gpu-replay")(gpu_replay_cmd.gpu_replay)
 
