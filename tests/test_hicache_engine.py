@@ -22,7 +22,12 @@ from simulator.hicache_args import HiCacheArgs, resolve_hicache_args
 
 TRACE = Path(__file__).resolve().parents[1] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
 POOLS = ServerPools(
-    page_size=16, full_tokens=1024, swa_tokens=2048, window=64, max_running_requests=8, chunked_prefill_size=4096
+    page_size=16,
+    full_tokens=1024,
+    swa_tokens=2048,
+    window=64,
+    max_running_requests=8,
+    chunked_prefill_size=4096,
 )
 
 
@@ -203,7 +208,9 @@ def test_invariants_hold_during_a_served_run():
         page_size=64,
         max_total_tokens=150_000,
         check_invariants=True,
-        hicache=HiCacheArgs(enable_hierarchical_cache=True, hicache_ratio=1.0, hicache_write_policy="write_back"),
+        hicache=HiCacheArgs(
+            enable_hierarchical_cache=True, hicache_ratio=1.0, hicache_write_policy="write_back"
+        ),
     )
     res = run_config(load_trace(TRACE, limit=150), cfg)
     assert res.summary["failed"] == 0 and res.summary["hicache"]["load_backs"] > 0
