@@ -258,3 +258,45 @@ def test_runs_without_hicache_report_no_hicache_keys():
     assert "hicache" not in res.summary
     assert not any(name.startswith("hicache") for name in res.frames)
     assert "cached_tokens_host" not in res.frames["requests"].columns
+
+
+def test_threshold_binds_only_without_swa_to_load():
+    """``load_back`` skips FULL loads under 10 tokens only when no SWA must come back: an 8-token
+    host-only tail (X, demoted by B's shortfall of exactly 8 tokens) is loaded with its SWA."""
+    pools = ServerPools(
+        page_size=8,
+        full_tokens=1024,
+        swa_tokens=2048,
+        window=64,
+        max_running_requests=8,
+        chunked_prefill_size=4096,
+    )
+    base = _setup()
+    transfer = HostTransferModel(get_gpu("H100"), "kernel", "page_first", 8)
+    setup = HiCacheSetup(2048, 2048, base.resolved, transfer, base.geometry)
+    p_pages = list(range(1000, 1060))
+    a = _req("a", [*p_pages, 1], 488)  # P (480 tokens) + X (8)
+    e = _req("e", [*p_pages, 2], 488)  # P + Y: splits X off A's last window
+    b = _req("b", list(range(5000, 5066)), 528)  # a shortfall of exactly one page: X, the LRU leaf
+    f = _req("f", [*p_pages, 1, 3, 4], 504)  # P + X + more: device 480, host 8
+    env = simpy.Environment()
+    server = ServerModel(
+        env, SimConfig(check_invariants=True), pools, LinearCost(), Recorder(), hicache=setup
+    )
+    demoted_before_f: list[int] = []
+
+    def client(t: float, req: SimRequest):
+        yield env.timeout(t)
+        if req is f:
+            demoted_before_f.append(server.hicache.tree.counts["demoted_full_tokens"])
+        yield server.submit(req)
+
+    for t, req in [(0.0, a), (1.0, e), (2.0, b), (3.0, f)]:
+        env.process(client(t, req))
+    env.run()
+    tree = server.hicache.tree
+    assert tree.load_back_threshold == 10 and demoted_before_f == [8]
+    assert server.hicache.tiers[f] == (480, 8)  # a host hit of 8 < 10 tokens, loaded anyway
+    loads = [r for r in server.hicache.records if r.direction == "h2d"]
+    assert [(r.full_tokens, r.swa_tokens) for r in loads] == [(8, 8)]
+    assert f.cached_tokens == 488
