@@ -87,7 +87,7 @@ def test_demoted_prefix_is_loaded_back_with_its_time_and_bytes():
     b = _req("b", list(range(5000, 5057)), 900)
     c = _req("c", list(range(1000, 1030)) + list(range(7000, 7010)), 640)
     server, rec, _ = _serve(setup, [(0.0, a), (1.0, b), (2.0, c)], check_invariants=True)
-    counts = server.hicache.tree.counts
+    counts = server.hicache.cache.counts
     assert counts["demoted_full_tokens"] >= 480 and counts["load_back_ok"] == 1
     frames = rec.report_frames()
     reqs = frames["requests"].set_index("rid")
@@ -124,7 +124,7 @@ def test_write_through_ack_arrives_at_the_first_step_after_the_copy():
     assert first.ack_s == later[0]
     between = [s for s in starts if first.submit_s < s < first.done_s]
     assert len(between) > 10  # decode steps ran while the copy was in flight
-    assert server.hicache.tree.counts["write_acks"] >= 1
+    assert server.hicache.cache.counts["write_acks"] >= 1
 
 
 def test_fast_forward_stops_before_an_ack_and_matches_the_stepped_run():
@@ -288,13 +288,13 @@ def test_threshold_binds_only_without_swa_to_load():
     def client(t: float, req: SimRequest):
         yield env.timeout(t)
         if req is f:
-            demoted_before_f.append(server.hicache.tree.counts["demoted_full_tokens"])
+            demoted_before_f.append(server.hicache.cache.counts["demoted_full_tokens"])
         yield server.submit(req)
 
     for t, req in [(0.0, a), (1.0, e), (2.0, b), (3.0, f)]:
         env.process(client(t, req))
     env.run()
-    tree = server.hicache.tree
+    tree = server.hicache.cache.tree
     assert tree.load_back_threshold == 10 and demoted_before_f == [8]
     assert server.hicache.tiers[f] == (480, 8)  # a host hit of 8 < 10 tokens, loaded anyway
     loads = [r for r in server.hicache.records if r.direction == "h2d"]

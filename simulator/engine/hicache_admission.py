@@ -31,12 +31,11 @@ class HiCachePrefillAdder(PrefillAdder):
 
     def add_one_req(self, req: ServerReq) -> str:
         cache = self.cache
-        tree = cache.tree
         cache.match(req)  # init_next_round_input: device prefix, host hits, best_match_node
         max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
         # total_tokens of add_one_req: the device-side extend (before any host hit)
         total = req.fill_len - req.prefix_len + max_new + self.page_size
-        temp = tree.lock(req.last_node)  # _lock_node(req.last_node)
+        temp = cache.pin(req)  # _lock_node(req.last_node)
         try:
             host_hit, swa_hit = req.host_hit_length, req.swa_host_hit_length
             shape = self._select(req, total, max_new, host_hit, swa_hit)
@@ -49,7 +48,7 @@ class HiCachePrefillAdder(PrefillAdder):
             prefix, extend, chunked = shape
             # _commit_prefill_admission
             req.extend_end = req.prefix_len + extend
-            req.lock = tree.lock(req.last_node)
+            cache.lock_prefix(req)
             self.batch.reqs.append(req)
             self.batch.admitted.append(req)
             self._reserve(extend, 0 if chunked else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
@@ -57,24 +56,14 @@ class HiCachePrefillAdder(PrefillAdder):
                 self.batch.chunked = req
             self.steps.record_tiers(req)
         finally:
-            tree.unlock(temp)
+            cache.unpin(temp)
         return self.budget_state()
 
     def _load_back(self, req: ServerReq, total: int, max_new: int, shape: tuple[int, int, bool]):
-        """``init_load_back`` under ``_lock_node(best_match_node, lock_host=True)``, then the
+        """``init_load_back`` (the controller pins ``best_match_node`` on both tiers), then the
         admission shape the load leaves (widened, kept, or re-selected without the host hit)."""
-        tree = self.cache.tree
-        best, host_hit = req.best_match_node, req.host_hit_length
-        host = tree.host_lock(best)
-        dev = tree.lock(best)
-        try:
-            loaded, last = tree.init_load_back(best, req.last_node, host_hit, req.swa_host_hit_length)
-        finally:
-            tree.unlock(dev)
-            tree.host_unlock(host)
-        if 0 < loaded < host_hit:
-            raise AssertionError(f"{req.rid}: load-back committed {loaded} of {host_hit} host tokens")
-        req.host_loaded_length, req.last_node = loaded, last
+        host_hit = req.host_hit_length
+        loaded = self.cache.load_back(req)
         prefix, extend, chunked = shape
         if loaded > host_hit:  # resident FULL behind a host-only window: keep the budget
             prefix = req.prefix_len + loaded

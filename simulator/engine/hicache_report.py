@@ -32,11 +32,11 @@ class HiCacheReport:
     """A finished run's HiCache figures (plain data: it pickles with a sweep's results)."""
 
     def __init__(self, steps: HiCacheSteps) -> None:
-        tree, geo = steps.tree, steps.geometry
+        cache, geo = steps.cache, steps.geometry
         self.full_bpt = geo.full.bytes_per_token
         self.swa_bpt = geo.swa.bytes_per_token if geo.swa is not None else 0
-        self.capacity = (tree.host_full.capacity, tree.host_swa.capacity)
-        self.counts = dict(tree.counts)
+        self.capacity = cache.host_capacity()
+        self.counts = dict(cache.counts)
         self.records = [
             (r.direction, r.submit_s, r.start_s, r.done_s, r.ack_s, r.full_tokens, r.swa_tokens)
             for r in steps.records

@@ -25,34 +25,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from policies.eviction_order import EVICTION_ORDERS
-from policies.hicache_write import HICACHE_WRITE_POLICIES
 from simulator.cost.hicache_transfer import HostTransferModel, TransferGeometry, transfer_geometry
 from simulator.errors import ConfigError
 from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
-from simulator.kv_allocator import SWAKVAllocator
-from simulator.radix.hicache_replay import HiCacheController
+from simulator.radix.hicache_served import ServedHiCache, build_served_hicache
 
-__all__ = ["HiCacheSetup", "HiCacheSteps", "ServedHiCache", "TransferRecord", "hicache_setup"]
-
-
-class ServedHiCache(HiCacheController):
-    """The HiCache controller as the engine's cache: the HiCache figures go to the run's
-    ``hicache`` report, not to the device tree's counters."""
-
-    def tree_counters(self) -> dict[str, int]:
-        return {}
-
-    def check_invariants(self, running) -> None:
-        """Tree, device-pool and host-pool invariants (:mod:`simulator.radix.hicache_invariants`)."""
-        from simulator.radix.hicache_invariants import check_hicache_invariants
-
-        check_hicache_invariants(self, running)
-
-    def start_recording(self, need_sort: bool = False):
-        raise ConfigError(
-            "--record-ops with HiCache: device page ids are not tracked in HiCache mode yet "
-            "(the HiCache tree keeps device pools as counts)"
-        )
+__all__ = ["HiCacheSetup", "HiCacheSteps", "TransferRecord", "build_served_cache", "hicache_setup"]
 
 
 @dataclass(frozen=True)
@@ -107,11 +85,17 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
 
 
 def build_served_cache(setup: HiCacheSetup, pools: Any, eviction_order: Any) -> ServedHiCache:
-    """The allocator and the HiCache controller over it (``UnifiedRadixCache.init_hicache``)."""
-    allocator = SWAKVAllocator(pools.full_tokens, pools.swa_tokens, pools.page_size)
-    policy = HICACHE_WRITE_POLICIES.create(setup.resolved.write_policy)
+    """The HiCache controller of a server (``UnifiedRadixCache.init_hicache``)."""
     host = (setup.host_full_tokens, setup.host_swa_tokens)
-    return ServedHiCache(allocator, pools.window, eviction_order, policy, host)
+    return build_served_hicache(
+        pools.full_tokens,
+        pools.swa_tokens,
+        pools.page_size,
+        pools.window,
+        eviction_order,
+        setup.resolved.write_policy,
+        host,
+    )
 
 
 @dataclass(slots=True)
@@ -133,7 +117,6 @@ class HiCacheSteps:
 
     def __init__(self, cache: ServedHiCache, setup: HiCacheSetup) -> None:
         self.cache = cache
-        self.tree = cache.tree
         self.setup = setup
         self.transfer = setup.transfer
         self.geometry = setup.geometry
@@ -154,17 +137,17 @@ class HiCacheSteps:
     def step_start(self, now: float) -> None:
         """``check_hicache_events`` at the start of a scheduler step: submit queued backups,
         then acknowledge the operations that completed by ``now``."""
-        tree = self.tree
-        if tree.hicache_idle():
+        cache = self.cache
+        if cache.hicache_idle():
             return
         self._submit("d2h", now)
-        pending_writes = len(tree.inflight_ops()[0])
+        pending_writes = cache.pending_writes()
         while len(self._writes) > pending_writes:  # acknowledged synchronously (write_back)
             self._writes.popleft().ack_s = now
         writes = _completed(self._writes, now)
         loads = _completed(self._loads, now)
         if writes or loads:
-            tree.check_hicache_events(write_finish_count=writes, load_finish_count=loads)
+            cache.check_hicache_events(writes, loads)
             for queue, n in ((self._writes, writes), (self._loads, loads)):
                 for _ in range(n):
                     queue.popleft().ack_s = now
@@ -223,17 +206,11 @@ class HiCacheSteps:
 
     # ------------------------------------------------------------------ internals
     def _submit(self, direction: str, now: float) -> TransferRecord | None:
-        """Submit the tree's queued operation of ``direction`` and time it."""
-        c = self.tree.counts
-        key = "d2h" if direction == "d2h" else "h2d"
-        ops0, full0, swa0 = c[f"{key}_ops"], c[f"{key}_full_tokens"], c[f"{key}_swa_tokens"]
-        if direction == "d2h":
-            self.tree.flush_pending_backups()
-        else:
-            self.tree.ready_to_load_host_cache()
-        if c[f"{key}_ops"] == ops0:
+        """Submit the queued operation of ``direction`` (``d2h`` / ``h2d``) and time it."""
+        sizes = self.cache.submit(direction)
+        if sizes is None:
             return None
-        full, swa = c[f"{key}_full_tokens"] - full0, c[f"{key}_swa_tokens"] - swa0
+        full, swa = sizes
         if direction == "d2h":
             seconds = self.transfer.backup_time(self.geometry, full, swa)
         else:
@@ -246,8 +223,7 @@ class HiCacheSteps:
         return rec
 
     def _sample(self, now: float) -> None:
-        t = self.tree
-        point = (t.host_full.used(), t.host_swa.used())
+        point = self.cache.host_used()
         if not self.usage or self.usage[-1][1:] != point:
             self.usage.append((now, *point))
 
