@@ -21,7 +21,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from simulator.engine.config import SimConfig
 from simulator.engine.outputs import write_tables
-from simulator.errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -90,12 +89,6 @@ def run_config(
     from simulator.engine.clients import client_mode, offered_request_rate
     from simulator.engine.metrics import Recorder
 
-    if cfg.hicache.enabled:
-        # Never report a device-only run as a HiCache one (a sweep's --hicache-ratio axis).
-        raise ConfigError(
-            "HiCache in served runs lands with issue 10's engine integration; "
-            "`kvplan cache-replay --enable-hierarchical-cache` replays it"
-        )
     recorder = Recorder.from_config(
         cfg, request_rate=offered_request_rate(trace, cfg), log_stream=log_stream, progress=progress
     )

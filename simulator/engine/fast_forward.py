@@ -193,6 +193,7 @@ class FastForwardMixin:
         seqs = [r.kv_allocated_len for r in batch]
         last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
         arrival = self._next_arrival if self._next_arrival > now else math.inf
+        arrival = min(arrival, self._jump_deadline)  # HiCache: end before the next transfer ack
         segments, clock = self._price_jump(seqs, last, k, now, arrival)
         m = clock.steps
         if arrival < clock.last_end:

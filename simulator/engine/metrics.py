@@ -158,6 +158,7 @@ class Recorder(ServerObserver):
         self.capacity: PoolCapacity | None = None
         self.server_config: dict = {}
         self.counters: dict = {}
+        self.hicache = None  # HiCache runs: simulator.engine.hicache_report.HiCacheReport
         self.end_s: float = math.nan
         self._reqs: dict[SimRequest, None] = {}  # the requests seen, in first-seen order
         self._finished = 0
@@ -284,6 +285,9 @@ class Recorder(ServerObserver):
 
     def on_retract(self, t: float, reqs: list[SimRequest], ratio_before: float, ratio_after: float) -> None:
         self._retract.append((t, len(reqs), ratio_before, ratio_after))
+
+    def on_hicache(self, report) -> None:
+        self.hicache = report
 
     def on_end(self, t: float, counters: dict) -> None:
         self.end_s = float(t)
@@ -467,6 +471,8 @@ class Recorder(ServerObserver):
         out = {**self.summary(), **self.failures()}
         if client_mode is not None:
             out["client_mode"] = client_mode
+        if self.hicache is not None:
+            out["hicache"] = self.hicache.summary()
         return out
 
     def report_frames(self) -> dict[str, pd.DataFrame]:
@@ -479,6 +485,9 @@ class Recorder(ServerObserver):
         requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
         truncated = np.array([r.truncated for r in reqs], dtype=bool)
         requests.insert(requests.columns.get_loc("rejected") + 1, "truncated", truncated)
+        if self.hicache is not None:
+            self.hicache.add_request_columns(requests, list(reqs))
+            frames.update(self.hicache.frames())
         return frames
 
     def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:

@@ -25,6 +25,8 @@ from simulator.engine.admission import PrefillAdder, calc_priority
 from simulator.engine.config import SimConfig
 from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
+from simulator.engine.hicache_admission import HiCachePrefillAdder
+from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
@@ -61,6 +63,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         cost_model,
         observer: ServerObserver | None = None,
         record_ops: bool = False,
+        hicache: HiCacheSetup | None = None,
     ) -> None:
         self.env = env
         self.cfg = cfg
@@ -78,14 +81,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
         self.window = pools.window
-        self.cache = build_controller(
-            TOMBSTONING.create(cfg.tombstone),
-            pools.full_tokens,
-            pools.swa_tokens,
-            pools.page_size,
-            pools.window,
-            EVICTION_ORDERS.create(cfg.radix_eviction_policy),
+        order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
+        # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
+        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
+        tombstone = TOMBSTONING.create(cfg.tombstone)
+        self.cache = (
+            build_controller(
+                tombstone, pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window, order
+            )
+            if self.hicache is None
+            else self.hicache.cache
         )
+        self._jump_deadline = math.inf  # HiCache: a decode jump ends before the next transfer ack
         # before the first allocation (the legacy tree refuses: ConfigError)
         self.ops = self.cache.start_recording(need_sort=False) if record_ops else None
         self._step = unrecorded_step()
@@ -233,6 +240,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         while True:
             if self.on_pass is not None:
                 self.on_pass()
+            if self.hicache is not None:  # _process_hicache_events: check_hicache_events
+                self.hicache.step_start(self.env.now)
             if self.idle:
                 self._on_idle()
                 self._wakeup = self.env.event()
@@ -244,9 +253,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 yield from self._run_prefill(batch)
             elif self.running:
                 yield from self._run_decode()
+            elif self.hicache is not None and self.hicache.next_completion() < math.inf:
+                # SGLang's loop polls check_hicache_events: an ack unlocks room
+                yield from self._await_transfer()
             else:
                 # nothing runs and the head of the queue can never be admitted
                 self._abort_unservable()
+
+    def _await_transfer(self):
+        """Nothing runs until a HiCache ack frees room: wait for it or for an arrival."""
+        self._wakeup = self.env.event()
+        yield self._wakeup | self.env.timeout(self.hicache.next_completion() - self.env.now)
+        self._wakeup = None
 
     def _on_idle(self) -> None:
         """``Scheduler.on_idle`` when ``is_fully_idle``: the new-token ratio goes back to its
@@ -335,8 +353,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self.batch_is_full = True
             return []
         self._calc_priority()
-        adder = PrefillAdder(
+        extra = {} if self.hicache is None else dict(steps=self.hicache)
+        adder = (PrefillAdder if self.hicache is None else HiCachePrefillAdder)(
             self.cache,
+            **extra,
             max_running=max_running,
             chunked_prefill_size=self.pools.chunked_prefill_size,
             max_prefill_tokens=self.cfg.max_prefill_tokens,
@@ -407,17 +427,21 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         return cached_before
 
     def _run_prefill(self, batch: list[ServerReq]):
-        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked:
+        hicache = self.hicache
+        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked and hicache is None:
             yield from self._run_chunk_train(batch[0])
             return
         t0 = self.env.now
         if self.ops is not None:
             self._begin_prefill_step(batch, t0)
+        load_s = 0.0 if hicache is None else hicache.submit_loads(t0)  # ready_to_load_host_cache
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
+        if hicache is not None:
+            dur = hicache.prefill_time(load_s, dur)
         full_used, swa_used = self.cache.used_tokens()
         yield self.env.timeout(dur)
         t1 = self.env.now
@@ -449,6 +473,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 r.prefix_len = r.extend_end
                 self.running.append(r)
         self.cache.free_group_end()
+        if hicache is not None:
+            hicache.step_end(t1)  # flush_pending_backups
         self._check()
 
     def _prefill_joins(self, batch: list[ServerReq]) -> None:
@@ -527,8 +553,15 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
 
     def _run_decode(self):
         k = min(self._quiet_steps(), MAX_JUMP)
+        hicache = self.hicache
+        if hicache is not None and k > 1:
+            k = hicache.bound_jump(k, self.running)
+            self._jump_deadline = hicache.jump_deadline()
         if k > 1:
             yield from self._fast_forward(k)
+            if hicache is not None:
+                self._jump_deadline = math.inf
+                hicache.step_end(self.env.now)
             return
         if self.ops is not None:
             self._begin_step(self.env.now)
@@ -559,4 +592,6 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 still.append(r)
         self.cache.free_group_end()
         self.running = still
+        if hicache is not None:
+            hicache.step_end(now)  # flush_pending_backups
         self._check()

@@ -97,12 +97,14 @@ def simulate(
     Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
     """
     from simulator.engine.clients import requests_from_trace, start_clients
+    from simulator.engine.hicache_steps import hicache_setup
 
-    model, gpu, _sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
+    model, gpu, sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
     cost = build_cost_model(cfg, model, gpu)
     env = simpy.Environment()
     observer = observer or ServerObserver()
-    server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops)
+    hicache = hicache_setup(cfg, model, gpu, sizes, pools)
+    server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops, hicache=hicache)
     requests = requests_from_trace(trace, pools.page_size)
     if len(requests) >= 1 << 16:
         return_freed_memory()  # the temporaries behind a big trace's requests
@@ -116,5 +118,9 @@ def simulate(
             f"server state: {len(server.waiting)} waiting, {len(server.running)} running, "
             f"chunked={'yes' if server.chunked else 'no'}, {server.memory_summary()}"
         )
+    if server.hicache is not None:
+        from simulator.engine.hicache_report import HiCacheReport
+
+        observer.on_hicache(HiCacheReport(server.hicache))
     observer.on_end(env.now, server.counters())
     return server
