@@ -17,6 +17,7 @@ any score is seen: the lowest cross-validated median |% error| wins; a form with
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 from dataclasses import replace
@@ -73,19 +74,77 @@ def _grid(key: str, points: int) -> np.ndarray:
     raise KeyError(key)
 
 
+class _Features:
+    """Each shape's FLOP and byte seconds per kernel group at unit efficiencies, from the cost
+    model's own per-rank constants, so that a trial's step times are a few array operations
+    (the fits try tens of thousands of coefficient sets). :func:`fit_form` checks the result
+    against :func:`~gpu_replay.calibrate.predict_step` on the real cost model."""
+
+    def __init__(self, base: CostModel, shapes: list[StepShape]) -> None:
+        r, c, g = base._r, base.coefficients, base.geometry
+        peak, hbm = c.peak_tflops * 1e12, c.hbm_bandwidth_gbps * 1e9
+        w = g.sliding_window or 0
+        rows = []
+        for s in shapes:
+            if s.phase == "prefill":
+                n, req, fp, sp, fr, sr = base._prefill_inputs([s.a], [s.b])
+            else:
+                n = req = float(s.a)
+                fp = fr = float(s.a * s.b)
+                sp = sr = float(s.a * min(s.b, w + 1)) if w else fp
+            touched = r.num_experts * (1.0 - r.miss_per_token**n) if r.num_experts else 0.0
+            rows.append(
+                [
+                    (r.dense_flops_per_token * n + r.lm_head_flops_per_request * req) / peak,
+                    r.dense_bytes / hbm,
+                    r.moe_flops_per_token / peak,
+                    n if r.num_experts else 0.0,
+                    touched * r.expert_bytes / hbm,
+                    fp * r.full_flops_per_pair / peak,
+                    (fr + n) * r.full_kv_bytes / hbm,
+                    sp * r.swa_flops_per_pair / peak,
+                    (sr + n) * r.swa_kv_bytes / hbm,
+                    1.0 if s.phase == "prefill" else 0.0,
+                ]
+            )
+        self.x = np.array(rows).T
+        self.layers = float(g.num_layers)
+        self.measured = np.array([s.total for s in shapes])
+
+    def times(self, k: dict) -> np.ndarray:
+        dc, dm, cpt, n, mm, fc, fm, sc, sm, pre = self.x
+
+        def group(c, m, f):
+            return np.maximum(c, m) + f * np.minimum(c, m)
+
+        e_w, e_a, e_kv = (
+            k["weight_bandwidth_efficiency"],
+            k["attention_flops_efficiency"],
+            k["kv_bandwidth_efficiency"],
+        )
+        fa = pre * k.get("prefill_attention_unhidden_fraction", 0.0)
+        dense = group(dc / k["dense_flops_efficiency"], dm / e_w, k.get("dense_unhidden_fraction", 0.0))
+        moe_c = cpt * (n + k.get("moe_flops_half_tokens", 0.0)) / k["moe_flops_efficiency"]
+        moe = np.where(n > 0, group(moe_c, mm / e_w, k.get("moe_unhidden_fraction", 0.0)), 0.0)
+        attn = group(fc / e_a, fm / e_kv, fa) + group(sc / e_a, sm / e_kv, fa)
+        floor = np.where(pre > 0, k["prefill_layer_overhead_s"], k["decode_layer_overhead_s"]) * self.layers
+        return dense + moe + attn + floor
+
+
 class _Scorer:
-    """Squared log error of whole steps for a coefficient dict, on a fixed cost model base (the
-    model geometry is built once; each trial only swaps the coefficients)."""
+    """Squared log error of whole steps for a coefficient dict (fast path: :class:`_Features`);
+    :meth:`model` gives the real cost model for those coefficients."""
 
     def __init__(self, base: CostModel, shapes: list[StepShape]) -> None:
         self.base, self.shapes = base, shapes
+        self.features = _Features(base, shapes) if shapes else None
 
     def model(self, coeffs: dict) -> CostModel:
         return replace(self.base, coefficients=replace(self.base.coefficients, **coeffs))
 
     def __call__(self, coeffs: dict) -> float:
-        cm = self.model(coeffs)
-        return sum(math.log(predict_step(cm, s) / s.total) ** 2 for s in self.shapes)
+        f = self.features
+        return float(np.sum(np.log(f.times(coeffs) / f.measured) ** 2))
 
 
 def base_model(model_name: str, gpu_name: str, tp: int) -> CostModel:
@@ -101,15 +160,39 @@ def _valid(key: str, v: float) -> bool:
     return v >= 0
 
 
+#: Starting values of the step-shape terms; every combination is one start of the search.
+_STARTS = {
+    "dense_unhidden_fraction": (0.0, 1.0),
+    "moe_unhidden_fraction": (0.0, 0.5, 1.0),
+    "prefill_attention_unhidden_fraction": (0.0, 1.0),
+    "moe_flops_half_tokens": (0.0, 1024.0),
+}
+
+
 def fit_form(
-    base: CostModel, shapes: list[StepShape], extra: tuple[str, ...], rounds: int = 3, points: int = 41
+    base: CostModel, shapes: list[StepShape], extra: tuple[str, ...], rounds: int = 2, points: int = 31
 ) -> dict:
-    """Coordinate search over log/linear grids, then shrinking multiplicative steps, of the base
-    coefficients and ``extra`` on the squared log error of ``shapes`` (as
-    :func:`gpu_replay.calibrate.fit_steps` does for the base form)."""
+    """The coefficients of the base form plus ``extra`` that minimise the squared log error of
+    ``shapes``: from every combination of :data:`_STARTS` for the extra terms, a coordinate
+    search over log/linear grids then shrinking multiplicative steps (the search alone can stall
+    at a term's start: the terms trade off against the efficiencies); the best end point wins."""
     score = _Scorer(base, shapes)
-    keys = BASE_KEYS + tuple(extra)
-    coeffs = {k: _START.get(k, 0.0) for k in keys}
+    best: tuple[float, dict] | None = None
+    for start in itertools.product(*(_STARTS[k] for k in extra)):
+        coeffs = _search(score, {**_START, **dict(zip(extra, start, strict=True))}, rounds, points)
+        val = score(coeffs)
+        if best is None or val < best[0]:
+            best = (val, coeffs)
+    out = {k: float(f"{v:.4g}") for k, v in best[1].items()}
+    exact = predictions(base, out, shapes)
+    fast = score.features.times(out)
+    if not np.allclose(exact, fast, rtol=1e-9, atol=0):
+        raise AssertionError(f"fast step times disagree with the cost model: {exact} vs {fast}")
+    return out
+
+
+def _search(score: _Scorer, coeffs: dict, rounds: int, points: int) -> dict:
+    keys = tuple(coeffs)
     grids = {k: _grid(k, points) for k in keys}
     for _ in range(rounds):
         for key in keys:
@@ -127,7 +210,7 @@ def fit_form(
                     val = score(trial)
                     if val < best - 1e-12:
                         coeffs, best, improved = trial, val, True
-    return {k: float(f"{v:.4g}") for k, v in coeffs.items()}
+    return coeffs
 
 
 def predictions(base: CostModel, coeffs: dict, shapes: list[StepShape]) -> np.ndarray:
