@@ -11,7 +11,10 @@ form by leave-one-shape-out cross-validation on the ``fit`` shapes, and the rule
 any score is seen: the lowest cross-validated median |% error| wins; a form within
 :data:`TIE_PCT` points of a smaller one loses to it. The held-out shapes enter nothing here.
 
-    python -m gpu_replay.step_fit --results gpu_replay/results/calibrate-2026-11-26
+    python -m gpu_replay.step_fit --results gpu_replay/results/calibrate-2026-11-26 --write-profiles
+
+Run it after ``python -m gpu_replay.calibrate``, which rewrites the profiles' step coefficients
+with the base form.
 """
 
 from __future__ import annotations
