@@ -141,6 +141,7 @@ def summarize(replay: OpLogReplay, rows: list[StepRow], wall_s: float) -> dict:
             "layout": o.layout,
             "layers": o.layers,
             "write_back": o.write_back,
+            "isolate_calls": o.isolate_calls,
         },
         "environment": device_info(o.device),
         "wall_s": wall_s,
