@@ -418,20 +418,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             return
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
-        full_used, swa_used = self.cache.used_tokens()
         yield self.env.timeout(dur)
         t1 = self.env.now
-        self.obs.on_prefill_batch(
-            t0,
-            t1,
-            [r.sim for r in batch],
-            sum(ext),
-            cached_before,
-            full_used,
-            swa_used,
-            len(self.running),
-            len(self.waiting),
-        )
+        running, queue = len(self.running), len(self.waiting)
         self._prefill_joins(batch)
         self.cache.free_group_begin()
         for r in batch:
@@ -449,6 +438,12 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 r.prefix_len = r.extend_end
                 self.running.append(r)
         self.cache.free_group_end()
+        # usage as the prefill log reads it: after the results are processed
+        # (batch_result_processor.py: process_batch_result_prefill -> report_prefill_stats)
+        full_used, swa_used = self.cache.used_tokens()
+        self.obs.on_prefill_batch(
+            t0, t1, [r.sim for r in batch], sum(ext), cached_before, full_used, swa_used, running, queue
+        )
         self._check()
 
     def _prefill_joins(self, batch: list[ServerReq]) -> None:
@@ -535,19 +530,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         batch = self._prepare_decode()
         if batch is None:
             return
-        full_used, swa_used = self.cache.used_tokens()
         seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
-        self.obs.on_decode_steps(
-            np.array([self.env.now]),
-            [r.sim for r in batch],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting),
-        )
         self.cache.free_group_begin()
         still = []
         now = self.env.now
@@ -559,4 +546,14 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 still.append(r)
         self.cache.free_group_end()
         self.running = still
+        # usage after the results are processed, finished requests released
+        # (batch_result_processor.py: process_batch_result_decode -> report_decode_stats)
+        full_used, swa_used = self.cache.used_tokens()
+        self.obs.on_decode_steps(
+            np.array([now]),
+            [r.sim for r in batch],
+            np.array([full_used]),
+            np.array([swa_used]),
+            len(self.waiting),
+        )
         self._check()
