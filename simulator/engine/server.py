@@ -138,7 +138,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
         )
         cfg = self.cfg
-        req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
+        # --ignore-eos/--no-ignore-eos is the default of requests that do not send their own
+        req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None or sim.eos_stated else cfg.ignore_eos
         mode = self.max_new_mode
         if mode == "trace":  # the trace's own value, or its output length
             max_new = sim.max_new_tokens or sim.output_len
