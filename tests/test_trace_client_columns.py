@@ -152,3 +152,19 @@ def test_a_requests_own_ignore_eos_overrides_the_flag(tmp_path):
             server.submit(r)
         assert [r.ignore_eos for r in server.waiting] == want, flag
     assert np.array_equal(trace.requests["prompt_len"].to_numpy(), [3, 4, 1])
+
+
+def test_ignore_eos_runs_on_to_max_new_tokens(tmp_path):
+    """A request sending ignore_eos with max_new_tokens above its output decodes on to
+    max_new_tokens, as SGLang does (its extra pages are its own); one without ignore_eos stops at
+    its output (EOS). d: 1 output token, max_new_tokens 4: 1 prefill + 3 decodes."""
+    rows = [
+        {"rid": "d", "input_ids": [8, 9], "output_ids": [1], "max_new_tokens": 4, "ignore_eos": True},
+        {"rid": "e", "input_ids": [8, 9, 3], "output_ids": [1], "max_new_tokens": 4, "ignore_eos": False},
+    ]
+    got = _served(rows, tmp_path, check_invariants=True)
+    assert (got["d"].latency, got["d"].output_len) == (4.0, 4)
+    assert (got["e"].latency, got["e"].output_len) == (1.0, 1)
+    fixed = _served(ROWS, tmp_path, max_new_tokens="5", check_invariants=True)
+    assert (fixed["c"].latency, fixed["c"].output_len) == (5.0, 5)  # c sends ignore_eos
+    assert (fixed["b"].latency, fixed["b"].output_len) == (1.0, 1)  # b stops at EOS

@@ -168,6 +168,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         if req.max_new_tokens < req.output_len:  # finishes by length at the clipped value
             req.output_len = max(req.max_new_tokens, 1)
+        elif stated and req.ignore_eos and req.max_new_tokens > req.output_len:
+            self._run_past_eos(req)
         self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -175,6 +177,17 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self._interrupt_before = -math.inf
             self.process.interrupt("arrival")
         return req.done
+
+    def _run_past_eos(self, req: ServerReq) -> None:
+        """``ignore_eos`` with ``max_new_tokens`` above the output: SGLang decodes on to
+        ``max_new_tokens`` (``Req.check_finished`` ignores the EOS). The extra tokens are the
+        request's own, so their pages get fresh keys; the client receives them all."""
+        p = self.page_size
+        pages = np.asarray(req.pages, dtype=np.int64)
+        extra = (req.prompt_len + req.max_new_tokens) // p - len(pages)
+        req.pages = np.concatenate([pages, np.arange(self._fresh_key, self._fresh_key - extra, -1)])
+        self._fresh_key -= extra
+        req.output_len = req.sim.output_len = req.max_new_tokens
 
     def _truncate(self, req: ServerReq, max_new: int | None) -> None:
         """Cut ``req`` to fit as SGLang does (:mod:`simulator.engine.truncation`)."""
