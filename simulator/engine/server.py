@@ -27,6 +27,7 @@ from simulator.engine.failures import out_of_memory_reason, reject_reason, unser
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
 from simulator.engine.hicache_admission import HiCachePrefillAdder
 from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps
+from simulator.engine.intake import IntakeMixin, client_sampling
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
@@ -41,14 +42,13 @@ from simulator.engine.server_state import (
     init_req_max_new_tokens,
 )
 from simulator.engine.step_costs import StepCosts
-from simulator.engine.truncation import auto_truncate, truncated_pages
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
 
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
 
-class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
+class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
     """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
 
     ``record_ops``: record every memory operation with page ids (``self.ops``, the
@@ -145,17 +145,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
         )
         cfg = self.cfg
-        req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
-        mode = self.max_new_mode
-        if mode == "trace":  # the trace's own value, or its output length
-            max_new = sim.max_new_tokens or sim.output_len
-            # the sampling params state it when the client sets it (bench_multiturn sends its
-            # output length with ignore_eos; a trace's own column)
-            stated = sim.ignore_eos or sim.max_new_tokens is not None
-        elif mode == "context":  # none sent: init_req_max_new_tokens takes what the context leaves
-            max_new, stated = 1 << 30, False
-        else:
-            max_new, stated = mode, True
+        req.ignore_eos, max_new, stated = client_sampling(sim, cfg.ignore_eos, self.max_new_mode)
         req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
@@ -174,6 +164,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         if req.max_new_tokens < req.output_len:  # finishes by length at the clipped value
             req.output_len = max(req.max_new_tokens, 1)
+        elif stated and req.ignore_eos and req.max_new_tokens > req.output_len:
+            self._run_past_eos(req)
         self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -181,18 +173,6 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self._interrupt_before = -math.inf
             self.process.interrupt("arrival")
         return req.done
-
-    def _truncate(self, req: ServerReq, max_new: int | None) -> None:
-        """Cut ``req`` to fit as SGLang does (:mod:`simulator.engine.truncation`)."""
-        cut = auto_truncate(
-            req.prompt_len, req.output_len, max_new, self.pools.context_length, self.pools.full_tokens
-        )
-        req.pages = truncated_pages(req.pages, cut, self.page_size, self._fresh_key)
-        self._fresh_key -= len(req.pages)
-        req.prompt_len, req.output_len = cut.prompt_len, cut.output_len
-        req.max_new_tokens = cut.max_new_tokens
-        sim = req.sim
-        sim.prompt_len, sim.output_len, sim.truncated = cut.prompt_len, cut.output_len, True
 
     def expect_arrival(self, t: float) -> None:
         """The client's next submission will be at ``t`` (an open loop knows its send times).
@@ -442,20 +422,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
         if hicache is not None:
             dur = hicache.prefill_time(load_s, dur)
-        full_used, swa_used = self.cache.used_tokens()
         yield self.env.timeout(dur)
         t1 = self.env.now
-        self.obs.on_prefill_batch(
-            t0,
-            t1,
-            [r.sim for r in batch],
-            sum(ext),
-            cached_before,
-            full_used,
-            swa_used,
-            len(self.running),
-            len(self.waiting),
-        )
+        running, queue = len(self.running), len(self.waiting)
         self._prefill_joins(batch)
         self.cache.free_group_begin()
         for r in batch:
@@ -473,6 +442,12 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 r.prefix_len = r.extend_end
                 self.running.append(r)
         self.cache.free_group_end()
+        # usage as the prefill log reads it: after the results are processed
+        # (batch_result_processor.py: process_batch_result_prefill -> report_prefill_stats)
+        full_used, swa_used = self.cache.used_tokens()
+        self.obs.on_prefill_batch(
+            t0, t1, [r.sim for r in batch], sum(ext), cached_before, full_used, swa_used, running, queue
+        )
         if hicache is not None:
             hicache.step_end(t1)  # flush_pending_backups
         self._check()
@@ -568,19 +543,11 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         batch = self._prepare_decode()
         if batch is None:
             return
-        full_used, swa_used = self.cache.used_tokens()
         seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
-        self.obs.on_decode_steps(
-            np.array([self.env.now]),
-            [r.sim for r in batch],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting),
-        )
         self.cache.free_group_begin()
         still = []
         now = self.env.now
@@ -592,6 +559,12 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 still.append(r)
         self.cache.free_group_end()
         self.running = still
+        # usage after the results are processed, finished requests released
+        # (batch_result_processor.py: process_batch_result_decode -> report_decode_stats)
+        full, swa = self.cache.used_tokens()
+        self.obs.on_decode_steps(
+            np.array([now]), [r.sim for r in batch], np.array([full]), np.array([swa]), len(self.waiting)
+        )
         if hicache is not None:
             hicache.step_end(now)  # flush_pending_backups
         self._check()

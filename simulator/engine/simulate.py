@@ -18,6 +18,7 @@ from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
 from simulator.models import load_model
+from simulator.sglang_bugs import raise_if_sglang_crash, warn_if_sglang_misbehaves
 from traces.load import return_freed_memory
 
 
@@ -30,6 +31,7 @@ def resolve_pools(cfg: SimConfig):
     sizes = cfg.pool_sizes()
     resolved = sizes.server_args
     hybrid = bool(sizes.swa_tokens) and bool(sizes.sliding_window)
+    warn_if_sglang_misbehaves(sizes.swa_tokens, resolved.chunked_prefill_size, sizes.page_size, hybrid)
     if hybrid:
         pools = ServerPools(
             page_size=sizes.page_size,
@@ -110,7 +112,11 @@ def simulate(
         return_freed_memory()  # the temporaries behind a big trace's requests
     start_clients(env, server, trace, cfg, requests)
     with collector_skips_older_objects():
-        env.run()
+        try:
+            env.run()
+        except AssertionError as exc:  # a pool over-freed: SGLang's own crash where it has one
+            raise_if_sglang_crash(exc, pools, env.now)
+            raise
     unfinished = [r for r in requests if r.finish_s != r.finish_s]  # NaN
     if unfinished:
         raise StuckSimulation(
