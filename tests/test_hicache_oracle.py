@@ -56,11 +56,24 @@ class L2Config:
     eviction: str = "lru"
     size_gb: float = 0.0
     max_conv: int = 8  # more conversations where the host pool is large
+    storage: str | None = None  # L3: "file" (the oracle's --storage file)
+    prefetch_policy: str = "wait_complete"
+    prefetch_threshold: int = 64
 
     @property
     def id(self) -> str:
         size = f"-size{self.size_gb:g}" if self.size_gb else ""
-        return f"{self.policy}-r{self.ratio:g}-p{self.page}-{self.eviction}{size}"
+        l3 = f"-L3{self.storage}-{self.prefetch_policy}" if self.storage else ""
+        return f"{self.policy}-r{self.ratio:g}-p{self.page}-{self.eviction}{size}{l3}"
+
+    def storage_args(self) -> dict[str, Any]:
+        if self.storage is None:
+            return {}
+        return dict(
+            storage=self.storage,
+            prefetch_policy=self.prefetch_policy,
+            prefetch_threshold=self.prefetch_threshold,
+        )
 
     def oracle_args(self, pools: HiPools) -> dict[str, Any]:
         return dict(
@@ -76,6 +89,7 @@ class L2Config:
             eviction_policy=self.eviction,
             per_request=True,
             batch=1,
+            **self.storage_args(),
         )
 
     def kvplan(self, pools: HiPools, check_invariants: bool = True) -> HiCacheReplayConfig:
@@ -89,6 +103,9 @@ class L2Config:
             hicache_ratio=self.ratio,
             hicache_size=self.size_gb,
             check_invariants=check_invariants,
+            storage_backend=self.storage,
+            prefetch_policy=self.prefetch_policy,
+            prefetch_threshold=self.prefetch_threshold,
         )
 
 
@@ -158,6 +175,9 @@ def hicache_oracle() -> Iterator[HiCacheOracle]:
 def oracle_view(rec: dict[str, Any]) -> dict[str, Any]:
     """The compared keys of one oracle record (full form)."""
     out = {k: rec[k] for k in SHORT_KEYS + TIER_KEYS}
+    for k in ("cached_tokens_storage", "storage_loaded_len"):
+        if k in rec:
+            out[k] = rec[k]
     out["after"] = {k: rec["after_acks"][k] for k in AFTER_KEYS}
     out["backed_up_nodes"] = rec["tree"]["backed_up_nodes"]
     return out

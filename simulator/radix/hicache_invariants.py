@@ -51,6 +51,10 @@ def _tree_problems(tree) -> list[str]:
     ledgers = (tree.full_evictable, tree.full_protected, tree.swa_evictable, tree.swa_protected)
     if ledgers != (sums["fe"], sums["fp"], sums["se"], sums["sp"]):
         out.append(f"ledgers {ledgers} != tree sums {sums}")
+    if tree.storage is not None:  # L3 staging and queued releases
+        held_full, held_swa = tree.storage.held_tokens()
+        sums["fh"] += held_full
+        sums["sh"] += held_swa
     if tree.host_full.used() != sums["fh"] or tree.host_swa.used() != sums["sh"]:
         out.append(
             f"host pools used ({tree.host_full.used()}, {tree.host_swa.used()}) != tree host tokens "
