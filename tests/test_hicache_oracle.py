@@ -121,6 +121,14 @@ CI_CONFIGS = [
     L2Config("write_through", 2, 16, size_gb=0.0002),
 ]
 
+# L3 (the oracle's SGLang HiCacheFile) at page 16: prefetch on enqueue, threshold 64 tokens
+L3_CONFIGS = [
+    L2Config("write_through", 1, 16, storage="file", prefetch_policy="wait_complete"),
+    L2Config("write_through_selective", 1, 16, storage="file", prefetch_policy="best_effort"),
+    L2Config("write_back", 2, 16, storage="file", prefetch_policy="wait_complete"),
+]
+CI_CONFIGS += L3_CONFIGS
+
 SLOW_CONFIGS = [
     L2Config(policy, ratio, page)
     for policy in ("write_through", "write_through_selective", "write_back")
@@ -232,6 +240,10 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
         assert total["deleted_nodes"] > 0, total
     if cfg.policy == "write_back":
         assert total["write_back_deferred"] > 0, total
+    if cfg.storage:
+        assert total["storage_backup_acks"] > 0 and total["prefetch_issued"] > 0, total
+        if cfg.prefetch_policy == "wait_complete":
+            assert total["prefetch_done"] > 0 and total["prefetch_tokens"] > 0, total
 
 
 @pytest.mark.slow
@@ -242,7 +254,9 @@ def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config, reque
     run_config(hicache_oracle, cfg, range(int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200"))))
 
 
-@pytest.mark.parametrize("cfg", [CI_CONFIGS[1], CI_CONFIGS[6], CI_CONFIGS[8]], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "cfg", [CI_CONFIGS[1], CI_CONFIGS[6], CI_CONFIGS[8], L3_CONFIGS[0], L3_CONFIGS[2]], ids=lambda c: c.id
+)
 def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, tmp_path) -> None:
     """``kvplan cache-replay --enable-hierarchical-cache --json`` with SGLang's flag names prints
     the oracle's short-form records and counts."""
@@ -261,6 +275,10 @@ def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, t
     args += ["--swa-tokens", str(pools.swa_tokens), "--window", str(pools.window)]
     args += ["--hicache-write-policy", cfg.policy, "--hicache-ratio", str(cfg.ratio)]
     args += ["--hicache-size", str(cfg.size_gb), "--radix-eviction-policy", cfg.eviction]
+    if cfg.storage:
+        args += ["--hicache-storage-backend", cfg.storage]
+        args += ["--hicache-storage-prefetch-policy", cfg.prefetch_policy]
+        args += ["--hicache-storage-backend-extra-config", json.dumps({"prefetch_threshold": cfg.prefetch_threshold})]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
