@@ -130,11 +130,19 @@ L3_CONFIGS = [
 CI_CONFIGS += L3_CONFIGS
 
 SLOW_CONFIGS = [
-    L2Config(policy, ratio, page)
+    L2Config(policy, ratio, page, storage=storage)
+    for storage in (None, "file")
     for policy in ("write_through", "write_through_selective", "write_back")
     for ratio in (1, 2, 3, 4)
     for page in (1, 16, 64)
 ]
+
+
+def slow_seeds() -> range:
+    """The slow run's workloads: ``KVPLAN_HICACHE_SLOW_WORKLOADS`` (default 200) seeds from
+    ``KVPLAN_HICACHE_SLOW_FIRST`` (default 0), so a long run can be split into shards."""
+    first = int(os.environ.get("KVPLAN_HICACHE_SLOW_FIRST", "0"))
+    return range(first, first + int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200")))
 
 
 class HiCacheOracle(OracleProcess):
@@ -251,7 +259,14 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
 def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config, request) -> None:
     if "slow" not in (request.config.option.markexpr or ""):
         pytest.skip("the full HiCache matrix runs only with -m slow")
-    run_config(hicache_oracle, cfg, range(int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200"))))
+    report = os.environ.get("KVPLAN_HICACHE_SLOW_REPORT")
+    seeds = slow_seeds()
+    total = run_config(hicache_oracle, cfg, seeds)
+    if report:  # one line per configuration: workloads compared (0 differences) and counts
+        import json
+
+        with open(report, "a") as f:
+            f.write(json.dumps(dict(config=cfg.id, seeds=[seeds.start, seeds.stop], counts=total)) + "\n")
 
 
 @pytest.mark.parametrize(
@@ -278,7 +293,8 @@ def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, t
     if cfg.storage:
         args += ["--hicache-storage-backend", cfg.storage]
         args += ["--hicache-storage-prefetch-policy", cfg.prefetch_policy]
-        args += ["--hicache-storage-backend-extra-config", json.dumps({"prefetch_threshold": cfg.prefetch_threshold})]
+        extra = json.dumps({"prefetch_threshold": cfg.prefetch_threshold})
+        args += ["--hicache-storage-backend-extra-config", extra]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.stdout.strip().splitlines()]
