@@ -125,7 +125,7 @@ CI_CONFIGS = [
 L3_CONFIGS = [
     L2Config("write_through", 1, 16, storage="file", prefetch_policy="wait_complete"),
     L2Config("write_through_selective", 1, 16, storage="file", prefetch_policy="best_effort"),
-    L2Config("write_back", 2, 16, storage="file", prefetch_policy="wait_complete"),
+    L2Config("write_back", 2, 16, max_conv=20, storage="file", prefetch_policy="wait_complete"),
 ]
 CI_CONFIGS += L3_CONFIGS
 

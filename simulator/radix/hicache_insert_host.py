@@ -22,9 +22,7 @@ class HostInsert:
         record the L3-loaded span for the request."""
         tree, p = self.tree, self.page_size
         completed = op.completed_tokens
-        if op.swa_keys and not (
-            completed == len(op.hashes) * p and op.swa_trailing and op.swa_hits == op.swa_trailing
-        ):
+        if op.swa_keys and not (completed == len(op.hashes) * p and op.swa_hits == op.swa_trailing):
             self._retire(op, completed, release_swa=op.pool_transfers_done)
             return
         pages = op.pages[: completed // p]

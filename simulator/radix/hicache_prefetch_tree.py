@@ -50,7 +50,7 @@ class PrefetchOp:
     host_tokens: int | None = None  # FULL host slots allocated for the hit
     swa_host_tokens: int = 0  # SWA staging slots allocated and still held
     full_held: int = 0  # FULL host slots still held (not yet in the tree or released)
-    swa_trailing: int = 0  # SWA keys after _sync_trailing_keys
+    swa_trailing: int = 0  # SWA keys: the placeholders, then the hit's last pages (_sync_trailing_keys)
     swa_hits: int = 0
     completed_tokens: int = 0
     terminated: bool = False
@@ -113,9 +113,6 @@ class StorageController(HostInsert):
         self.counts: Counter = tree.counts
 
     # ------------------------------------------------------------------ hashes
-    def node_hashes(self, node: HNode) -> list[int]:
-        return node.hash_value or []
-
     def last_hash(self, node: HNode) -> int | None:
         """``UnifiedTreeNode.get_last_hash_value``."""
         return node.hash_value[-1] if node.hash_value else None
@@ -179,6 +176,7 @@ class StorageController(HostInsert):
         else:
             swa = 0
         op = PrefetchOp(rid, anchor, pages, self.last_hash(anchor), lock, swa, storage_start)
+        op.swa_trailing = swa
         op.pool_transfers_done = swa == 0
         op.progress = PrefetchProgress(requested_tokens=length, page_size=p)
         self.ongoing_prefetch[rid] = op
