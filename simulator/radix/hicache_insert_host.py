@@ -100,7 +100,8 @@ class HostInsert:
     def _commit_prefetch_swa(self, op, target: HNode | None, total_len: int) -> None:
         """``swa.py:_commit_prefetch``: the SWA window is attached only when every staged page
         landed and, below the root, it is a whole window; it covers the last staged pages,
-        walking leaf -> anchor and filling nodes without an SWA host copy."""
+        walking leaf -> anchor and filling nodes without an SWA host copy. Unused staging goes
+        to the SWA release queue (``FreeComponentHostSlot`` -> ``append_host_mem_release``)."""
         tree, p = self.tree, self.page_size
         staged = op.swa_host_tokens
         if op.swa_keys == 0:
@@ -108,11 +109,11 @@ class HostInsert:
         need_pages = staged // p
         op.swa_host_tokens = 0
         if op.anchor is not tree.root and need_pages < self.full_window_pages:
-            tree.host_swa.release(staged)
+            self.release_swa.append(staged)
             return
         if target is None or need_pages == 0 or op.swa_hits < need_pages:
             if staged:
-                tree.host_swa.release(staged)
+                self.release_swa.append(staged)
             return
         loaded_start = total_len - staged
         pos, cur = total_len, target
@@ -130,8 +131,8 @@ class HostInsert:
                 if cur.parent is not None:
                     tree._update_leaf(cur.parent)
             elif fill_len > 0:
-                tree.host_swa.release(fill_len)
+                self.release_swa.append(fill_len)
             pos = node_start
             cur = cur.parent
         if pos > loaded_start:
-            tree.host_swa.release(pos - loaded_start)
+            self.release_swa.append(pos - loaded_start)
