@@ -52,7 +52,7 @@ def test_file_cap_evicts_least_recently_used_down_to_the_ratio():
     assert not PageStore(StorageParams(capacity_bytes=1, kv_page_bytes=2)).set(KV, h[0])
 
 
-def _timeout_cache():
+def _timeout_cache(threshold: int = 64):
     cfg = HiCacheReplayConfig(
         page_size=16,
         full_tokens=1024,
@@ -60,7 +60,7 @@ def _timeout_cache():
         window=64,
         storage_backend="file",
         prefetch_policy="timeout",
-        prefetch_threshold=64,
+        prefetch_threshold=threshold,
         prefetch_timeout_base=0.5,
         prefetch_timeout_per_ki_token=0.25,
     )
@@ -125,3 +125,37 @@ def test_best_effort_and_wait_complete_at_the_first_poll(policy, expect):
     st.arrive(cache, req)
     cache.tree.check_hicache_events()
     assert st.ready("r") == expect
+
+
+def test_a_window_short_of_whole_below_the_root_is_released_through_the_queue():
+    """swa.py:_commit_prefetch drops a hit-shrunk SWA window below the root; its staging goes
+    to SGLang's SWA release queue (FreeComponentHostSlot), freed by the next step's drain."""
+    cache, st, _ = _timeout_cache(threshold=32)
+    tree = cache.tree
+    pages = np.arange(100, 121, dtype=np.int64)
+    first = ReqKV(rid="a", pages=pages, prompt_len=8 * 16 + 1, output_len=2)
+    st.store._lru.clear()
+    hashes = page_hash_chain(pages[:14], None)
+    for x in hashes[:10]:
+        st.store.set(KV, x)
+    for x in hashes[4:10]:
+        st.store.set(SWA, x)
+    st.arrive(cache, first)  # 8 pages from the root, window = last 4
+    tree.check_hicache_events()
+    assert st.ready("a") is None
+    tree.check_hicache_events()
+    assert st.ready("a") == (128, 0)
+    assert (tree.host_full.used(), tree.host_swa.used()) == (128, 64)
+    # the next turn asks 6 pages past the 8-page host anchor; only 2 are stored
+    second = ReqKV(rid="b", pages=pages, prompt_len=14 * 16 + 1, output_len=2)
+    st.arrive(cache, second)
+    assert second.host_hit_length == 128 and st.ongoing_prefetch["b"].swa_keys == 4
+    tree.check_hicache_events()  # hit 2 pages: 32 FULL slots, 2 pages of SWA staging
+    assert (tree.host_full.used(), tree.host_swa.used()) == (160, 96)
+    assert st.ready("b") is None
+    tree.check_hicache_events()  # read and inserted; the 2-page window is not whole: dropped
+    assert st.ready("b") == (32, 128)
+    assert (tree.host_full.used(), tree.host_swa.used()) == (160, 96)  # still queued
+    assert st.held_tokens() == (0, 32)
+    tree.check_hicache_events()
+    assert (tree.host_full.used(), tree.host_swa.used()) == (160, 64)
