@@ -70,6 +70,10 @@ class _TraceWorkload(Sequence):
     "hicache_write_policy",
     "hicache_ratio",
     "hicache_size",
+    "hicache_storage_backend",
+    "hicache_storage_prefetch_policy",
+    "hicache_storage_backend_extra_config",
+    "storage_capacity_gb",
 )
 def cache_replay(
     workload: Annotated[
@@ -110,7 +114,7 @@ def cache_replay(
         window = window_d if window is None else window
     hi = server.pop("hicache")  # HiCacheArgs: the flags as declared once in server_flags.py
     if hi.enabled:
-        from simulator.cli.cache_replay_hicache import run_hicache_replay
+        from simulator.cli.cache_replay_hicache import run_hicache_replay, storage_fields
 
         geometry = dict(layers=layers, full_layers=full_layers, head_num=head_num, head_dim=head_dim)
         # SGLang's default ratio when none is given is 2.0 (hicache_hook.py), as the oracle's
@@ -118,6 +122,7 @@ def cache_replay(
             write_policy=hi.hicache_write_policy,
             hicache_ratio=2.0 if hi.hicache_ratio is None else hi.hicache_ratio,
             hicache_size=hi.hicache_size,
+            **storage_fields(hi),
         )
         pools = dict(page_size=page_size, full_tokens=full_tokens, swa_tokens=swa_tokens, window=window)
         requests = workload_from_trace(workload, page_size, limit)
