@@ -39,7 +39,7 @@ def _imported_after(*args: str) -> set[str]:
 
 
 def test_help_imports_no_command_module() -> None:
-    """``kvplan --help`` (and bare ``kvplan``) stay at typer + rich: no numpy, pandas, engine or trace code."""
+    """``kvplan --help`` and bare ``kvplan`` stay at typer + rich: no numpy, pandas, engine, traces."""
     for args in (["--help"], []):
         assert _imported_after(*args) == set(), args
 
@@ -79,3 +79,11 @@ def test_commands_mapping_loads_on_access() -> None:
     params = {p.name for p in group.commands["run"].params}  # type: ignore[attr-defined]
     assert {"trace", "model", "page_size"} <= params
     assert "nonexistent" not in group.commands  # type: ignore[attr-defined]
+
+
+def test_run_without_out_imports_no_matplotlib() -> None:
+    """``kvplan run`` on a small bundled trace prints its summary without matplotlib (plots are
+    ``kvplan report``'s); pandas still comes with the trace's request table (issue 14, remaining)."""
+    mods = _imported_after("run", "--limit", "40", "--page-size", "64", "--json", "--no-progress")
+    assert "simulator.engine" in mods  # the run really ran
+    assert not any(m == "matplotlib" or m.startswith("matplotlib.") for m in mods)
