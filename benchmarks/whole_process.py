@@ -31,7 +31,8 @@ CONFIG_ARGS = ["--model", "gpt-oss-120b", "--gpu", "H200", "--tp", "8", "--page-
 def run_child(checkout: Path, trace: Path, extra: list[str] | None = None) -> dict:
     """One ``kvplan run`` in a child process: its CPU and wall seconds and the request count."""
     cmd = [sys.executable, "-m", "simulator.cli.main", "run", "--trace", str(trace), *CONFIG_ARGS]
-    cmd += [*(extra or []), "--json", "--no-progress"]
+    # a run with failed requests still counts (it exits 3 by default): speed, not a verdict
+    cmd += [*(extra or []), "--max-abort-fraction", "1", "--json", "--no-progress"]
     cache = (
         Path(tempfile.gettempdir()) / "kvplan-pycache" / str(checkout.resolve()).strip("/").replace("/", "+")
     )
