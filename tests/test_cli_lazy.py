@@ -87,3 +87,28 @@ def test_run_without_out_imports_no_matplotlib() -> None:
     mods = _imported_after("run", "--limit", "40", "--page-size", "64", "--json", "--no-progress")
     assert "simulator.engine" in mods  # the run really ran
     assert not any(m == "matplotlib" or m.startswith("matplotlib.") for m in mods)
+
+
+def test_eager_and_lazy_commands_mix() -> None:
+    """A command registered the old way (``app.command``) still works next to the lazy ones,
+    listed after them (a branch that registers ``plan`` / ``report`` eagerly merges cleanly)."""
+    from typer.testing import CliRunner
+
+    from simulator.cli.lazy import LazyGroup
+
+    class Group(LazyGroup):
+        lazy_commands = (LazyCommand("pools", "simulator.cli.pools_cmd:pools", COMMANDS[0].help),)
+
+    mixed = typer.Typer(cls=Group, add_completion=False)
+    mixed.callback()(lambda: None)  # a group, as kvplan's app is
+
+    @mixed.command("hello")
+    def hello() -> None:
+        """Say hello."""
+        typer.echo("hello")
+
+    group = typer.main.get_command(mixed)
+    assert list(group.commands) == ["pools", "hello"]  # type: ignore[attr-defined]
+    assert CliRunner().invoke(mixed, ["hello"]).output == "hello\n"
+    listing = CliRunner().invoke(mixed, ["--help"]).output
+    assert "Say hello." in listing and "pool sizes" in listing
