@@ -15,6 +15,7 @@ from simulator.cli import (
     gpu_replay_cmd,
     ops_cmd,
     pools_cmd,
+    report_cmd,
     run_cmd,
     step_replay_cmd,
     sweep_cmd,
@@ -59,6 +60,7 @@ app.command("sweep")(sweep_cmd.sweep)
 app.command("bound")(bound_cmd.bound)
 app.command("step-replay")(step_replay_cmd.step_replay)
 app.command("gpu-replay")(gpu_replay_cmd.gpu_replay)
+app.command("report")(report_cmd.report)
 
 if __name__ == "__main__":  # pragma: no cover
     app()
