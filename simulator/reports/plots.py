@@ -49,14 +49,15 @@ def plot_heatmap(data: dict[str, Any], cmap: str = "viridis") -> Figure:
     z = np.array([[np.nan if v is None else v for v in row] for row in data["z"]], dtype=float)
     xs, ys = data["x"]["values"], data["y"]["values"]
     fig, ax = plt.subplots(figsize=(1.2 + 0.75 * len(xs), 1.4 + 0.5 * len(ys)))
-    cm = plt.get_cmap(cmap).copy()
-    cm.set_bad("#dddddd")
+    cm = plt.get_cmap(cmap).with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(z), cmap=cm, aspect="auto", origin="lower")
     for i in range(len(ys)):
         for j in range(len(xs)):
             if not np.isnan(z[i, j]):
                 mark = " ×" if data["failed"][i][j] else ""
-                ax.text(j, i, f"{z[i, j]:.3g}{mark}", ha="center", va="center", fontsize=7, color="white")
+                r, g, b, _ = cm(im.norm(z[i, j]))
+                ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
+                ax.text(j, i, f"{z[i, j]:.3g}{mark}", ha="center", va="center", fontsize=7, color=ink)
     ax.set_xticks(range(len(xs)), [_tick(v) for v in xs])
     ax.set_yticks(range(len(ys)), [_tick(v) for v in ys])
     ax.set_xlabel(data["x"]["flag"] or "(no axis)")
