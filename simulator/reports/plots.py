@@ -135,3 +135,54 @@ def plot_pareto(data: dict[str, Any], recommended: tuple[float, float | None] | 
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     return fig
+
+
+def _bars(ax: Any, labels: list[str], values: list[float | None], color: str, offset: float = 0.0) -> None:
+    xs = np.arange(len(labels)) + offset
+    ax.bar(xs, [v or 0.0 for v in values], width=0.38 if offset else 0.6, color=color)
+    for x, v in zip(xs, values, strict=True):
+        ax.text(
+            x, (v or 0.0) + 0.005, "error" if v is None else f"{v:.3f}", ha="center", fontsize=7, rotation=90
+        )
+
+
+def plot_policies(replay_rows: list[dict], hicache_rows: list[dict], bound: dict[str, Any]) -> Figure:
+    """Batch-1 hit rates: tombstoning × SWA eviction (left) and HiCache write policies (right,
+    all hits and device hits), each against its optimal bound."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8), gridspec_kw={"width_ratios": [2.2, 1]})
+    labels = [f"{r['tombstone']}\n{r['swa_eviction']}" for r in replay_rows]
+    _bars(left, labels, [r["hit_rate"] for r in replay_rows], "tab:blue")
+    left.set_xticks(range(len(labels)), labels, fontsize=8)
+    left.axhline(bound["device"], color="tab:green", label="optimal bound (device)")
+    left.set_ylabel("hit rate (batch 1)")
+    left.set_title("tombstoning × SWA eviction")
+    left.legend(fontsize=8, loc="lower right")
+    wl = [r["write_policy"].replace("_", "\n") for r in hicache_rows]
+    _bars(right, wl, [r["hit_rate"] for r in hicache_rows], "tab:purple", -0.2)
+    _bars(right, wl, [r["device_hit_rate"] for r in hicache_rows], "tab:cyan", 0.2)
+    right.set_xticks(range(len(wl)), wl, fontsize=8)
+    right.axhline(bound["device_plus_host"], color="tab:green", ls="--", label="bound (device + host)")
+    right.axhline(bound["device"], color="tab:green", label="bound (device)")
+    right.set_title("HiCache write policy (all / device hits)")
+    right.legend(fontsize=7, loc="lower right")
+    for ax in (left, right):
+        ax.set_ylim(0, max(bound["device_plus_host"], bound["device"]) * 1.25)
+    return fig
+
+
+def plot_served(rows: list[dict]) -> Figure:
+    """Served runs per tombstoning × SWA eviction: hit rate (bars) and p90 TTFT (points)."""
+    fig, ax = plt.subplots(figsize=(8, 3.6))
+    labels = [f"{r['tombstone']}\n{r['swa_eviction']}" for r in rows]
+    _bars(ax, labels, [r["cache_hit_rate"] for r in rows], "tab:blue")
+    ax.set_xticks(range(len(labels)), labels, fontsize=8)
+    ax.set_ylabel("hit rate (served)")
+    twin = ax.twinx()
+    twin.plot(
+        range(len(rows)),
+        [np.nan if r["ttft_p90"] is None else r["ttft_p90"] for r in rows],
+        "o",
+        color="tab:red",
+    )
+    twin.set_ylabel("p90 TTFT (s)", color="tab:red")
+    return fig

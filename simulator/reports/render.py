@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -216,7 +217,7 @@ def to_html(items: list[Block], images: Mapping[str, bytes]) -> str:
         if kind in ("h1", "h2", "h3"):
             body.append(f"<{kind}>{esc(b[1])}</{kind}>")
         elif kind == "p":
-            body.append(f"<p>{esc(b[1])}</p>")
+            body.append("<p>" + re.sub(r"`([^`]+)`", r"<code>\1</code>", esc(b[1])) + "</p>")
         elif kind == "code":
             body.append(f"<pre><code>{esc(b[1])}</code></pre>")
         elif kind == "img":
