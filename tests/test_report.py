@@ -107,7 +107,13 @@ def test_report_from_a_bare_store_and_from_a_plan_dir(small_store: Path, tmp_pat
     plan_dir = tmp_path / "plan"
     plan_dir.mkdir()
     (plan_dir / "store").symlink_to(small_store)
-    flags = {"--swa-full-tokens-ratio": 0.6, "--mem-fraction-static": 0.062}
+    # SGLang's spelling; a flag at its default and a boolean match too
+    flags = {
+        "--swa-full-tokens-ratio": 0.6,
+        "--mem-fraction-static": 0.062,
+        "--radix-eviction-policy": "lru",
+        "--disable-overlap-schedule": True,
+    }
     plan = {
         "recommended": {"flags": flags, "metrics": {}},
         "launch_flags": "",
@@ -119,6 +125,11 @@ def test_report_from_a_bare_store_and_from_a_plan_dir(small_store: Path, tmp_pat
     assert data["recommended"]["flags"]["--swa-full-tokens-ratio"] == 0.6
     assert data["recommended"]["met"] is True and data["slo"] == ["ttft.p90<=30"]
     assert data["source"]["kind"] == "plan"
+    assert data["notes"][0].startswith("--hicache-ratio is not an axis")  # no "match no point" note
+    plan["recommended"]["flags"]["--swa-full-tokens-ratio"] = 0.5  # not a point of the store
+    (plan_dir / "plan.json").write_text(json.dumps(plan))
+    data = build_report(plan_dir, tmp_path / "r2")
+    assert "match no point" in data["notes"][0]
 
 
 def test_report_replaces_the_directory_atomically(small_store: Path, tmp_path: Path, monkeypatch) -> None:

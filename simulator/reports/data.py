@@ -72,16 +72,29 @@ def plan_slos(plan: dict[str, Any] | None, given: str | None) -> tuple[Slo, ...]
 
 def plan_choice(points: tuple[Point, ...], plan: dict[str, Any], axes: tuple[str, ...]) -> Choice | None:
     """The point ``plan.json`` recommends: the one whose launch flags include all of its flags."""
-    rec = plan.get("recommended") or {}
-    want = rec.get("flags") or {}
+    want = (plan.get("recommended") or {}).get("flags") or {}
+    fields = flag_fields()
+    known = {fields[k]: v for k, v in want.items() if k in fields}
     for p in points:
-        have = launch_flags(p.config, axes)
-        if want and all(_same(have.get(k), v) for k, v in want.items() if v is not False):
+        if known and all(_same(p.config.get(f), v) for f, v in known.items()):
             return Choice(p, plan.get("met"), "the plan's recommendation (plan.json)")
     return None
 
 
+def flag_fields() -> dict[str, str]:
+    """SGLang launch flag -> configuration key (``group.field`` for grouped flags)."""
+    from simulator.cli.server_flags import SERVER_FLAGS
+
+    return {
+        f.sglang_name: f.field if f.group is None else f"{f.group}.{f.field}"
+        for f in SERVER_FLAGS
+        if f.sglang_name is not None
+    }
+
+
 def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return a is b
     if isinstance(a, int | float) and isinstance(b, int | float) and not isinstance(a, bool):
         return abs(float(a) - float(b)) <= 1e-9 * max(1.0, abs(float(b)))
     return a == b or str(a) == str(b)

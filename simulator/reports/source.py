@@ -66,9 +66,9 @@ def load_source(path: str | Path) -> ReportSource:
     plan = None
     if (path / PLAN_FILE).is_file():
         plan = json.loads((path / PLAN_FILE).read_text())
-        store_path = Path(plan.get("store") or path / "store")
-        if not store_path.is_absolute() and not store_path.exists():
-            store_path = path / store_path
+        store_path = Path(plan.get("store") or "store")
+        if not store_path.is_absolute() and (path / store_path).exists():
+            store_path = path / store_path  # relative to the plan directory first
         kind = "plan"
     elif (path / STORE_MARKER).is_file():
         store_path, kind = path, "store"
