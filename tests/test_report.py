@@ -81,7 +81,8 @@ def test_heatmap_axes_notes_a_missing_axis_and_holds_extra_axes() -> None:
     assert hm["z"] == [[0.1, 0.0], [None, 0.2]]
 
 
-def _sweep(store: Path, grid: tuple[str, ...] = ("swa-full-tokens-ratio=0.2,0.6",)) -> None:
+def _sweep(store: Path, grid: tuple[str, ...] = ("swa-full-tokens-ratio=0.0005,0.2,0.6",)) -> None:
+    """Three points; the first is refused (an SWA pool smaller than the window)."""
     from simulator.engine.config import SimConfig
     from simulator.planner import ResultStore, SweepSpec, make_backend, parse_axis, run_sweep
     from traces import load_trace
@@ -102,7 +103,12 @@ def test_report_from_a_bare_store_and_from_a_plan_dir(small_store: Path, tmp_pat
     data = build_report(small_store, tmp_path / "r1")
     assert (tmp_path / "r1" / "index.html").is_file() and (tmp_path / "r1" / "report.md").is_file()
     assert data["recommended"]["rerun_matches_store"] is True
-    assert data["figures"]["heatmap_hit_rate"]["y"]["field"] is None  # one axis: a single row
+    hm = data["figures"]["heatmap_hit_rate"]
+    assert hm["y"]["field"] is None and hm["x"]["values"] == [0.0005, 0.2, 0.6]  # one axis: one row
+    assert hm["z"][0][0] is None and hm["z"][0][1] > 0  # the refused point is a gap
+    refused = [r for r in data["table"] if r["error"]]
+    assert len(refused) == 1 and refused[0]["cost_per_hour"] is None and data["table"][-1] is refused[0]
+    assert data["recommended"]["flags"]["--swa-full-tokens-ratio"] in (0.2, 0.6)
     # a plan directory: its recommendation wins over the report's own rule
     plan_dir = tmp_path / "plan"
     plan_dir.mkdir()

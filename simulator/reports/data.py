@@ -187,12 +187,14 @@ def top_table(points, axes, mems, costs, slos, top: int) -> list[dict[str, Any]]
         )
         row.update(meets=meets, error=p.error)
         rows.append((i, row))
+
+    def cost(row: dict[str, Any]) -> float:
+        return float("inf") if row["cost_per_hour"] is None else row["cost_per_hour"]
+
     if slos:
-        rows.sort(key=lambda r: (not r[1]["meets"], r[1]["cost_per_hour"], r[0]))
+        rows.sort(key=lambda r: (not r[1]["meets"], cost(r[1]), r[0]))
     else:
-        rows.sort(
-            key=lambda r: (not r[1]["meets"], -(r[1]["cache_hit_rate"] or 0.0), r[1]["cost_per_hour"], r[0])
-        )
+        rows.sort(key=lambda r: (not r[1]["meets"], -(r[1]["cache_hit_rate"] or 0.0), cost(r[1]), r[0]))
     return [row for _, row in rows[:top]]
 
 

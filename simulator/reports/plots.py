@@ -59,7 +59,7 @@ def plot_heatmap(data: dict[str, Any], cmap: str = "viridis") -> Figure:
                 ink = "black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.55 else "white"
                 ax.text(j, i, f"{z[i, j]:.3g}{mark}", ha="center", va="center", fontsize=7, color=ink)
     ax.set_xticks(range(len(xs)), [_tick(v) for v in xs])
-    ax.set_yticks(range(len(ys)), [_tick(v) for v in ys])
+    ax.set_yticks(range(len(ys)), [_tick(v) for v in ys] if data["y"]["field"] else [""])
     ax.set_xlabel(data["x"]["flag"] or "(no axis)")
     ax.set_ylabel(data["y"]["flag"] or "(no second axis)")
     ax.set_title(title_of(data["metric"]))

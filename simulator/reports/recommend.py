@@ -87,12 +87,16 @@ class Prices:
     host: float = DEFAULT_HOST_PRICE
 
 
-def memory(config: dict[str, Any]) -> dict[str, float]:
-    """GPU and host KV memory (GiB, all TP ranks) SGLang allocates for a configuration."""
+def memory(config: dict[str, Any]) -> dict[str, float | None]:
+    """GPU and host KV memory (GiB, all TP ranks) SGLang allocates for a configuration; None
+    for each where SGLang refuses the configuration (such a point has no cost)."""
     from simulator.reports.configs import sim_config
 
     cfg = sim_config(config)
-    sizes = cfg.pool_sizes().to_dict()
+    try:
+        sizes = cfg.pool_sizes().to_dict()
+    except ConfigError:
+        return dict.fromkeys(("gpu_kv_gib", "host_kv_gib", "full_tokens", "swa_tokens"))
     ranks = int(cfg.tp)
     return {
         "gpu_kv_gib": sizes["device_bytes"] * ranks / GIB,
@@ -102,7 +106,9 @@ def memory(config: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def cost_per_hour(mem: dict[str, float], prices: Prices) -> float:
+def cost_per_hour(mem: dict[str, float | None], prices: Prices) -> float | None:
+    if mem["gpu_kv_gib"] is None or mem["host_kv_gib"] is None:
+        return None
     return mem["gpu_kv_gib"] * prices.gpu + mem["host_kv_gib"] * prices.host
 
 
