@@ -136,6 +136,12 @@ def test_report_from_a_bare_store_and_from_a_plan_dir(small_store: Path, tmp_pat
     (plan_dir / "plan.json").write_text(json.dumps(plan))
     data = build_report(plan_dir, tmp_path / "r2")
     assert "match no point" in data["notes"][0]
+    # the report written into the plan directory itself keeps plan.json and the store
+    build_report(plan_dir, plan_dir)
+    names = sorted(p.name for p in plan_dir.iterdir())
+    assert names == ["figures", "figures.json", "index.html", "plan.json", "report.md", "store"]
+    build_report(plan_dir, plan_dir)  # and again, over its own previous report
+    assert sorted(p.name for p in plan_dir.iterdir()) == names
 
 
 def test_report_replaces_the_directory_atomically(small_store: Path, tmp_path: Path, monkeypatch) -> None:

@@ -3,7 +3,8 @@
 The directory gets ``report.md`` (images beside it under ``figures/``), ``index.html`` (one
 self-contained file, images embedded), ``figures/*.png`` and ``figures.json`` (every number the
 figures and tables show). It is written to a temporary sibling and renamed into place, so a
-reader sees the old report or the new one, never half of one.
+reader sees the old report or the new one, never half of one. Into a plan directory (which
+holds ``plan.json`` and the store), only the report's own files are replaced.
 """
 
 from __future__ import annotations
@@ -37,13 +38,23 @@ def draw(data: dict[str, Any]) -> dict[str, bytes]:
     return images
 
 
+REPORT_FILES = ("figures", "figures.json", "report.md", "index.html")
+# A directory holding one of these is not the report's alone (a plan directory, a store).
+FOREIGN = ("plan.json", "kvplan-store.json", "store")
+
+
 def write_report(data: dict[str, Any], out_dir: str | Path) -> Path:
-    """Draw and render ``data`` into ``out_dir`` (replaced as a whole); returns the directory."""
+    """Draw and render ``data`` into ``out_dir``; returns the directory.
+
+    A directory of its own is replaced as a whole. A directory that also holds other things (a
+    plan directory: ``plan.json`` and its store) keeps them: only the report's files are
+    replaced, each by a rename."""
     out = Path(out_dir)
     out.parent.mkdir(parents=True, exist_ok=True)
+    shared = out.is_dir() and any((out / name).exists() for name in FOREIGN)
     images = draw(data)
     items = blocks(data)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out if shared else out.parent))
     try:
         (tmp / "figures").mkdir()
         for name, png in images.items():
@@ -52,16 +63,21 @@ def write_report(data: dict[str, Any], out_dir: str | Path) -> Path:
         (tmp / "report.md").write_text(to_markdown(items))
         (tmp / "index.html").write_text(to_html(items, images))
         os.chmod(tmp, 0o755)
-        _swap_into_place(tmp, out)
+        if shared:
+            for name in REPORT_FILES:
+                _swap_into_place(tmp / name, out / name)
+        else:
+            _swap_into_place(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing ``out`` is moved aside first and removed after."""
+    """Rename ``tmp`` to ``out``; an existing directory ``out`` is moved aside first and removed
+    after (a file is replaced by the rename itself)."""
     old = None
-    if out.exists():
+    if out.is_dir():
         old = out.with_name(f".{out.name}.old.{os.getpid()}")
         os.replace(out, old)
     os.replace(tmp, out)
