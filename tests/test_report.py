@@ -81,14 +81,20 @@ def test_heatmap_axes_notes_a_missing_axis_and_holds_extra_axes() -> None:
     assert hm["z"] == [[0.1, 0.0], [None, 0.2]]
 
 
-def _sweep(store: Path, grid: tuple[str, ...] = ("swa-full-tokens-ratio=0.0005,0.2,0.6",)) -> None:
-    """Three points; the first is refused (an SWA pool smaller than the window)."""
+def _sweep(
+    store: Path,
+    grid: tuple[str, ...] = ("swa-full-tokens-ratio=0.0005,0.2,0.6",),
+    seeds: int = 1,
+    **fixed: Any,
+) -> None:
+    """Three points by default; the first is refused (an SWA pool smaller than the window)."""
     from simulator.engine.config import SimConfig
     from simulator.planner import ResultStore, SweepSpec, make_backend, parse_axis, run_sweep
     from traces import load_trace
 
     trace = load_trace(TRACE).head(40)
-    spec = SweepSpec(SimConfig(tp=8, page_size=64, mem_fraction_static=0.062), tuple(map(parse_axis, grid)))
+    base = SimConfig(tp=8, page_size=64, mem_fraction_static=0.062, **fixed)
+    spec = SweepSpec(base, tuple(map(parse_axis, grid)), seeds=seeds)
     run_sweep(trace, spec, backend=make_backend(1, None), store=ResultStore(store))
 
 
@@ -207,3 +213,15 @@ def test_the_example_report_rebuilds_with_the_same_numbers(tmp_path: Path, monke
     assert_same_numbers(json.loads(json.dumps(got)), want)
     names = sorted(p.name for p in (EXAMPLE / "figures").iterdir())
     assert names == sorted(p.name for p in (tmp_path / "example" / "figures").iterdir())
+
+
+def test_a_sweep_with_seeds_is_folded_into_means(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(ROOT)
+    store = tmp_path / "store"
+    _sweep(store, ("swa-full-tokens-ratio=0.2,0.6",), seeds=2, request_rate=4.0)  # Poisson arrivals
+    source = load_source(store)
+    assert [p.seeds for p in source.points] == [(0, 1), (0, 1)]
+    assert all(p.interval["ttft.p90"][0] < p.interval["ttft.p90"][1] for p in source.points)
+    data = build_report(store, tmp_path / "r")
+    assert data["recommended"]["rerun_matches_store"] is None  # a mean is not one run
+    assert data["assumptions"]["seeds"] == [0, 1]
