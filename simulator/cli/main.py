@@ -54,6 +54,12 @@ COMMANDS = (
         "The cheapest GPU KV memory (and host RAM) meeting every SLO on TRACE: SGLang launch flags and why.",
     ),
     LazyCommand(
+        "report",
+        "simulator.cli.report_cmd:report",
+        "Write SOURCE's report to --out: heatmaps, hit rate against capacity with the optimal bound,\n"
+        "token usage over time, Pareto frontiers, the top configurations and the launch flags.",
+    ),
+    LazyCommand(
         "step-replay",
         "simulator.cli.step_replay_cmd:step_replay",
         "Replay WORKLOAD one scheduler pass per step, as ``drive_scheduler.py`` replays it in SGLang.",
