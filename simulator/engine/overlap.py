@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.overlap_jump import OverlapJumpMixin
 from simulator.engine.server_state import ServerReq
 
 
@@ -27,9 +28,9 @@ class _Launched:
     chunk: ServerReq | None = None  # the request this prefill batch left mid-prompt
 
 
-class OverlapMixin:
+class OverlapMixin(OverlapJumpMixin):
     """The overlap loop of :class:`~simulator.engine.server.ServerModel` (a mixin, as SGLang's
-    ``Scheduler`` is assembled)."""
+    ``Scheduler`` is assembled); its decode jump is :class:`OverlapJumpMixin`'s."""
 
     def _loop_overlap(self):
         """``Scheduler.event_loop_overlap``: batch N+1 is scheduled and launched before batch
@@ -54,6 +55,11 @@ class OverlapMixin:
             if batch:
                 launched = self._launch_prefill(batch, start)
             elif self.running:
+                plan = self._overlap_jump_plan(pending)
+                if plan is not None:  # passes of quiet decode steps at once
+                    reqs, t0, t1, usage = yield from self._overlap_fast_forward(pending, plan)
+                    pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, usage)
+                    continue
                 launched = self._launch_decode(start)
             if pending is not None:
                 if pending.end > self.env.now:

@@ -1,0 +1,251 @@
+"""Decode fast-forward for the overlap loop (``Scheduler.event_loop_overlap``, managers/scheduler.py).
+
+Under overlap, pass ``j`` launches decode step ``j`` before it processes the result of step
+``j - 1``; the pass before the jump launched step ``-1``, still in flight. A jump stands for the
+passes ``0 .. m-1``: it launches steps ``0 .. m-1`` and processes steps ``-1 .. m-2``; step
+``m - 1`` is left in flight for the loop, as a stepped pass would leave it. What the lag means:
+
+* request ``i`` gets its last token from step ``R_i - 1`` (``-1``: the batch in flight) and its
+  finish is processed, and its cache released, in pass ``R_i``: after step ``R_i`` was launched
+  (its allocation made), before step ``R_i + 1``;
+* one finishing by length left step ``R_i``'s batch (``_reqs_finishing_inflight``); one that
+  stopped at EOS is in it, an extra slot (``overlap_extra_decode_slots``);
+* a step's pool usage is read at its launch, so it still counts the requests the pass will
+  release afterwards;
+* a window-eviction policy sees ``num_outputs`` one step behind (``seqlen`` lags the forward).
+
+The jump never reaches a step where decode memory could run short, so the skip-on-shortfall
+rule (``update_running_batch``) cannot fire inside it: the loop runs such passes itself. The
+results equal those of stepping pass by pass (tests/test_overlap_jump.py).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+
+import numpy as np
+import simpy
+
+from simulator.engine.decode_clock import DecodeClock
+from simulator.engine.decode_jump import DecodeJump, JumpSegment
+from simulator.engine.fast_forward import MAX_JUMP, _FinishChain
+from simulator.engine.server_state import ServerReq
+
+
+class _LaggedClock:
+    """The jump's step clock with step ``-1`` (the batch in flight when it began) ending at
+    ``first_end``, the time step 0 starts."""
+
+    __slots__ = ("clock", "first_end", "steps")
+
+    def __init__(self, clock: DecodeClock, first_end: float) -> None:
+        self.clock, self.first_end, self.steps = clock, first_end, clock.steps
+
+    def end(self, step: int) -> float:
+        return self.first_end if step < 0 else self.clock.end(step)
+
+    def in_flight(self, t: float) -> int:
+        """The step running at time ``t`` (``-1`` before ``first_end``); an end time belongs to
+        the next step, as in the plain loop's jump."""
+        return self.clock.steps_ended_by(t) if t >= self.first_end else -1
+
+
+class _Plan:
+    """The passes a jump may stand for: per request of the running batch, ``outs`` (processed
+    outputs before the jump), ``R`` and ``n`` (steps of the jump it takes part in)."""
+
+    __slots__ = ("batch", "outs", "R", "n", "k")
+
+    def __init__(self, batch: list[ServerReq], outs: list[int], R: list[int], n: list[int], k: int) -> None:
+        self.batch, self.outs, self.R, self.n, self.k = batch, outs, R, n, k
+
+
+class OverlapJumpMixin:
+    """The overlap loop's decode jump, a mixin of :class:`~simulator.engine.server.ServerModel`
+    next to the plain loop's :class:`~simulator.engine.fast_forward.FastForwardMixin`."""
+
+    def _overlap_jump_plan(self, pending) -> _Plan | None:
+        """A jump from this pass, or None to step it: nothing waits or is chunked, the batch in
+        flight is a decode step of exactly the running requests, no recording or step clock."""
+        cfg = self.cfg
+        if (
+            pending is None
+            or pending.kind != "decode"
+            or self.waiting
+            or self.chunked is not None
+            or not cfg.fast_forward
+            or cfg.check_invariants
+            or self.ops is not None
+            or self.on_pass is not None
+            or (self._next_arrival > self.env.now and self._next_arrival < pending.end)
+        ):
+            return None
+        batch = self.running
+        live = [
+            id(r)
+            for r, gen in zip(pending.reqs, pending.gens, strict=True)
+            if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
+        ]
+        if live != [id(r) for r in batch]:
+            return None
+        outs = [r.num_outputs for r in batch]
+        R = [r.output_len - o - 1 for r, o in zip(batch, outs, strict=True)]
+        # dropped at pass d = max_new - outs - 1 (by length), else in the batch until its finish
+        n = [min(max(0, r.max_new_tokens - o - 1), x + 1) for r, o, x in zip(batch, outs, R, strict=True)]
+        if any(a < x for a, x in zip(n, R, strict=True)):
+            return None  # max_new_tokens below the output length: step it as it comes
+        k = min(self._quiet_span(batch, n), MAX_JUMP)
+        return _Plan(batch, outs, R, n, k) if k > 1 else None
+
+    def _overlap_fast_forward(self, pending, plan: _Plan):
+        """Stand for passes ``0 .. m-1`` at once (``m <= plan.k``), stopping early if a request
+        arrives: the pass that would see it is the loop's. Returns the step left in flight as
+        ``(reqs, start, end, (#full token, #swa token))``."""
+        batch, R, n = plan.batch, plan.R, plan.n
+        now = self.env.now
+        start = pending.end
+        seqs = [r.kv_allocated_len for r in batch]
+        arrival = self._next_arrival if self._next_arrival > now else math.inf
+        segments, clock = self._price_jump(seqs, [x - 1 for x in n], plan.k, start, arrival, beyond=1)
+        lag = _LaggedClock(clock, start)
+        m = clock.steps
+        if arrival < math.inf:  # the pass after the arrival's step in flight sees it
+            m = min(m, lag.in_flight(arrival) + 2)
+        finishing = sorted((x - 1, i) for i, x in enumerate(R) if x - 1 <= m - 2)
+        chain = _FinishChain(self, batch, finishing, lag) if finishing else None
+        if chain is not None:
+            chain.limit = m - 1  # the finishes the jump's passes process
+        self._interrupt_before = lag.end(m - 3)  # an arrival later than that changes nothing
+        try:
+            yield self.env.timeout(lag.end(m - 2) - now)
+        except simpy.Interrupt:
+            self._interrupt_before = -math.inf
+            m = min(m, lag.in_flight(self.env.now) + 2)
+            if chain is not None:
+                chain.limit = m - 1
+            remaining = lag.end(m - 2) - self.env.now
+            if remaining > 0:
+                yield self.env.timeout(remaining)
+        finally:
+            self._interrupt_before = -math.inf
+        self._process_in_flight(pending, m)
+        sample = self._apply_overlap_jump(plan, seqs, segments, lag, m)
+        self._overlap_jump_flags(plan, m)
+        left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
+        self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
+        return left, lag.end(m - 2), clock.end(m - 1), sample
+
+    def _process_in_flight(self, pending, m: int) -> None:
+        """The decode record of the batch that was in flight (processed in pass 0); its
+        finishes are released with the jump's (:meth:`_apply_overlap_jump`)."""
+        full_used, swa_used = pending.info
+        self.overlap_extra_slots += len(pending.reqs) - len(self.running)
+        self.decode_steps += 1
+        self.obs.on_decode_steps(
+            np.array([pending.end]),
+            [r.sim for r in pending.reqs],
+            np.array([full_used]),
+            np.array([swa_used]),
+            len(self.waiting) if m == 1 else 0,
+        )
+
+    def _apply_overlap_jump(
+        self, plan: _Plan, seqs: list[int], segments: list, lag: _LaggedClock, m: int
+    ) -> tuple[int, int]:
+        """The cache side of passes ``0 .. m-1`` in their order: each step's allocations and
+        window frees, the releases a pass processes after launching its step; the report of
+        steps ``0 .. m-2`` (:class:`DecodeJump`). Returns step ``m - 1``'s usage at launch."""
+        batch, R = plan.batch, plan.R
+        p = self.page_size
+        forward0 = self.forward_ct
+        bulk = self._replay_jump(batch, seqs, [min(x, m) for x in plan.n], m, forward0)
+        opens: list[int] = bulk[2] if bulk is not None else []
+        frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []
+        releases: dict[int, list[ServerReq]] = {}  # pass r + 1 releases after launching step r
+        for r, x in zip(batch, R, strict=True):
+            if x < m:
+                releases.setdefault(x + 1, []).append(r)
+        recorded: list[JumpSegment] = []
+        offset_full = offset_swa = 0
+        sample = (0, 0)
+        for a, b, members in segments:
+            if a >= m:
+                break
+            reqs = [batch[i] for i in members]
+            sims = [r.sim for r in reqs]
+            u = a
+            for v in [c for c in sorted(releases) if a < c < min(b, m)] + [min(b, m)]:
+                if bulk is None:  # a step may evict: SGLang's per-step sequence
+                    full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
+                        reqs, [r.kv_allocated_len for r in reqs], v - u, forward0 + u
+                    )
+                    opens.extend(u + x for x in seg_opens)
+                    frees.extend((u + x, pages) for x, pages in seg_frees)
+                    for r in reqs:
+                        r.kv_allocated_len += v - u
+                        r.decode_batch_idx += v - u
+                        r.num_outputs += v - u  # what the window policy reads at the next steps
+                else:
+                    opened = bisect.bisect_left(opens, u)
+                    freed = sum(pages for x, pages in frees if x < u)
+                    full_base = bulk[0] + offset_full + opened * p
+                    swa_base = bulk[1] + offset_swa + (opened - freed) * p
+                if u < m - 1:
+                    recorded.append(JumpSegment(u, min(v, m - 1), sims, full_base, swa_base))
+                if v == m:  # step m - 1 is launched in this stretch: its usage as read then
+                    sample = _usage_at(m - 1, u, full_base, swa_base, opens, frees, p)
+                if v in releases:
+                    full_moved, swa_moved = self._release_processed(releases[v])
+                    offset_full += full_moved
+                    offset_swa += swa_moved
+                u = v
+        for r, o, x in zip(batch, plan.outs, R, strict=True):
+            r.num_outputs = o + 1 + min(x, m - 1)  # the results processed: step -1 .. m-2
+        if m > 1:
+            cut = bisect.bisect_left(opens, m - 1)
+            kept = [(x, pages) for x, pages in frees if x < m - 1]
+            queue = len(self.waiting)
+            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, opens[:cut], kept, recorded, queue))
+        self.forward_ct = forward0 + m
+        self.decode_steps += m - 1
+        self.ratio.on_decode_steps(m)
+        # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
+        self.overlap_extra_slots += sum(1 for x, k in zip(R, plan.n, strict=True) if k > x and x <= m - 2)
+        return sample
+
+    def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
+        """One pass's finishes, released in batch order in one free group (the clients heard
+        at the finish times); how much ``#full token`` / ``#swa token`` moved."""
+        cache = self.cache
+        before = cache.used_tokens()
+        cache.free_group_begin()
+        for r in reqs:
+            self._complete(r, math.nan, notify=False)
+        cache.free_group_end()
+        after = cache.used_tokens()
+        return after[0] - before[0], after[1] - before[1]
+
+    def _overlap_jump_flags(self, plan: _Plan, m: int) -> None:
+        """``batch_is_full`` and the left-request mark as passes ``0 .. m-1`` leave them: the
+        flag clears when a pass drops a request finishing by length
+        (``update_running_batch``), after a pass that released one, and every pass of a hybrid
+        model (``get_next_batch_to_run``); the mark says pass ``m - 1`` released one."""
+        R, n = plan.R, plan.n
+        if self.batch_is_full and (
+            (self.pools.hybrid and m > 1)
+            or any(x <= m - 2 for x in R)
+            or any(k == x <= m - 1 for x, k in zip(R, n, strict=True))
+        ):
+            self.batch_is_full = False
+        self._req_left = any(x == m - 1 for x in R)
+
+
+def _usage_at(
+    step: int, first: int, full: int, swa: int, opens: list[int], frees: list[tuple[int, int]], p: int
+) -> tuple[int, int]:
+    """``#full token`` / ``#swa token`` at ``step`` of the stretch that began at ``first``
+    with these bases (:class:`JumpSegment`'s rule)."""
+    opened = bisect.bisect_right(opens, step) - bisect.bisect_left(opens, first)
+    freed = sum(pages for x, pages in frees if first <= x <= step)
+    return full + p * opened, swa + p * (opened - freed)
