@@ -137,8 +137,9 @@ class OverlapMixin(OverlapJumpMixin):
         req.prefix_len = req.extend_end
         self.cache.free_group_end()
 
-    def _process_launched(self, launched: _Launched) -> None:
-        """``process_batch_result`` of a batch, at its end time, one step late."""
+    def _process_launched(self, launched: _Launched, notify: bool = True) -> None:
+        """``process_batch_result`` of a batch, at its end time, one step late (``notify``
+        False: a decode jump told the clients of the finishes at that time already)."""
         t1 = launched.end
         live = [
             r
@@ -170,7 +171,7 @@ class OverlapMixin(OverlapJumpMixin):
                     r.sim.first_token_s = t1
                     self.obs.on_first_token(r.sim)
                 if r.num_outputs >= r.output_len:
-                    self._finish_overlap(r, t1)
+                    self._finish_overlap(r, t1, notify)
                 else:
                     self.cache.checkpoint(r, r.extend_end, finished=False)
                     r.prefix_len = r.extend_end
@@ -194,11 +195,11 @@ class OverlapMixin(OverlapJumpMixin):
             self.cache.free_group_end()
         self._check()
 
-    def _finish_overlap(self, r: ServerReq, t: float) -> None:
+    def _finish_overlap(self, r: ServerReq, t: float, notify: bool = True) -> None:
         """Release a request whose finish the step-late result revealed. One that stopped at EOS
         is already in the next (launched) decode step, which writes its last token's KV: that
         slot is committed (``kv_committed_len`` = prompt + outputs) and enters the tree with
         the rest; one finishing by length left that batch (``_reqs_finishing_inflight``)."""
         if r in self.running:
             self.running.remove(r)
-        self._complete(r, t)
+        self._complete(r, t, notify=notify)

@@ -52,13 +52,16 @@ class _LaggedClock:
 
 
 class _Plan:
-    """The passes a jump may stand for: per request of the running batch, ``outs`` (processed
-    outputs before the jump), ``R`` and ``n`` (steps of the jump it takes part in)."""
+    """The passes a jump may stand for, per request of the running batch: ``outs`` (processed
+    outputs before the jump), ``got`` (1 if the batch in flight gives it a token), ``R`` (steps
+    of the jump that give it a token) and ``n`` (steps of the jump it takes part in)."""
 
-    __slots__ = ("batch", "outs", "R", "n", "k")
+    __slots__ = ("batch", "outs", "got", "R", "n", "k")
 
-    def __init__(self, batch: list[ServerReq], outs: list[int], R: list[int], n: list[int], k: int) -> None:
-        self.batch, self.outs, self.R, self.n, self.k = batch, outs, R, n, k
+    def __init__(
+        self, batch: list, outs: list[int], got: list[int], R: list[int], n: list[int], k: int
+    ) -> None:
+        self.batch, self.outs, self.got, self.R, self.n, self.k = batch, outs, got, R, n, k
 
 
 class OverlapJumpMixin:
@@ -67,11 +70,12 @@ class OverlapJumpMixin:
 
     def _overlap_jump_plan(self, pending) -> _Plan | None:
         """A jump from this pass, or None to step it: nothing waits or is chunked, the batch in
-        flight is a decode step of exactly the running requests, no recording or step clock."""
+        flight is a decode step of exactly the running requests or a prefill batch that left
+        no chunk; no recording or step clock."""
         cfg = self.cfg
         if (
             pending is None
-            or pending.kind != "decode"
+            or pending.chunk is not None
             or self.waiting
             or self.chunked is not None
             or not cfg.fast_forward
@@ -81,22 +85,27 @@ class OverlapJumpMixin:
             or (self._next_arrival > self.env.now and self._next_arrival < pending.end)
         ):
             return None
-        batch = self.running
-        live = [
+        batch = list(self.running)  # the result processing edits the running list
+        live = {
             id(r)
             for r, gen in zip(pending.reqs, pending.gens, strict=True)
             if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
-        ]
-        if live != [id(r) for r in batch]:
+        }
+        got = [1 if id(r) in live else 0 for r in batch]
+        if sum(got) != len(live) or (pending.kind == "decode" and len(live) != len(batch)):
             return None
         outs = [r.num_outputs for r in batch]
-        R = [r.output_len - o - 1 for r, o in zip(batch, outs, strict=True)]
-        # dropped at pass d = max_new - outs - 1 (by length), else in the batch until its finish
-        n = [min(max(0, r.max_new_tokens - o - 1), x + 1) for r, o, x in zip(batch, outs, R, strict=True)]
+        R = [r.output_len - o - g for r, o, g in zip(batch, outs, got, strict=True)]
+        # dropped at pass max_new - outs - got (finishing by length), else in the batch until
+        # the pass that processes its finish
+        n = [
+            min(max(0, r.max_new_tokens - o - g), x + 1)
+            for r, o, g, x in zip(batch, outs, got, R, strict=True)
+        ]
         if any(a < x for a, x in zip(n, R, strict=True)):
             return None  # max_new_tokens below the output length: step it as it comes
         k = min(self._quiet_span(batch, n), MAX_JUMP)
-        return _Plan(batch, outs, R, n, k) if k > 1 else None
+        return _Plan(batch, outs, got, R, n, k) if k > 1 else None
 
     def _overlap_fast_forward(self, pending, plan: _Plan):
         """Stand for passes ``0 .. m-1`` at once (``m <= plan.k``), stopping early if a request
@@ -129,53 +138,114 @@ class OverlapJumpMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        self._process_in_flight(pending, m)
-        sample = self._apply_overlap_jump(plan, seqs, segments, lag, m)
+        sample = self._apply_overlap_jump(pending, plan, segments, lag, m)
         self._overlap_jump_flags(plan, m)
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
         self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
         return left, lag.end(m - 2), clock.end(m - 1), sample
 
-    def _process_in_flight(self, pending, m: int) -> None:
-        """The decode record of the batch that was in flight (processed in pass 0); its
-        finishes are released with the jump's (:meth:`_apply_overlap_jump`)."""
-        full_used, swa_used = pending.info
-        self.overlap_extra_slots += len(pending.reqs) - len(self.running)
-        self.decode_steps += 1
-        self.obs.on_decode_steps(
-            np.array([pending.end]),
-            [r.sim for r in pending.reqs],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting) if m == 1 else 0,
-        )
+    def _pass_zero(self, pending, plan: _Plan, members: list[int], m: int) -> tuple:
+        """Pass 0: step 0's memory operations, then the result in flight processed (a decode
+        step's record and releases, or a prefill batch's first tokens, checkpoints and
+        releases, as a stepped pass processes it; the clients heard at its end). Returns step
+        0's ``#full token`` / ``#swa token`` base, page opens and window frees."""
+        batch, outs = plan.batch, plan.outs
+        reqs = [batch[i] for i in members]
+        seqs = [r.kv_allocated_len for r in reqs]
+        step0 = self._replay_jump(reqs, seqs, [1] * len(reqs), 1, self.forward_ct)
+        if step0 is None:  # it may evict: SGLang's per-step sequence
+            step0 = self._replay_quiet_steps(reqs, seqs, 1, self.forward_ct)
+            for r in reqs:
+                r.kv_allocated_len += 1
+                r.decode_batch_idx += 1
+        for r, o in zip(batch, outs, strict=True):
+            r.num_outputs = o  # what the result processing reads
+        if pending.kind == "decode":
+            full_used, swa_used = pending.info
+            self.overlap_extra_slots += len(pending.reqs) - len(batch)
+            self.decode_steps += 1
+            self.obs.on_decode_steps(
+                np.array([pending.end]),
+                [r.sim for r in pending.reqs],
+                np.array([full_used]),
+                np.array([swa_used]),
+                len(self.waiting) if m == 1 else 0,
+            )
+            gone = [r for r, x in zip(batch, plan.R, strict=True) if x == 0]
+            if gone:
+                self._release_processed(gone)
+        else:
+            self._process_launched(pending, notify=False)
+        for r, o, g in zip(batch, outs, plan.got, strict=True):
+            r.num_outputs = o + g  # as step 1 sees it
+        return step0
 
-    def _apply_overlap_jump(
-        self, plan: _Plan, seqs: list[int], segments: list, lag: _LaggedClock, m: int
-    ) -> tuple[int, int]:
+    def _apply_overlap_jump(self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int) -> tuple:
         """The cache side of passes ``0 .. m-1`` in their order: each step's allocations and
-        window frees, the releases a pass processes after launching its step; the report of
+        window frees, the results a pass processes after launching its step; the report of
         steps ``0 .. m-2`` (:class:`DecodeJump`). Returns step ``m - 1``'s usage at launch."""
-        batch, R = plan.batch, plan.R
+        batch, R, n = plan.batch, plan.R, plan.n
         p = self.page_size
         forward0 = self.forward_ct
-        bulk = self._replay_jump(batch, seqs, [min(x, m) for x in plan.n], m, forward0)
-        opens: list[int] = bulk[2] if bulk is not None else []
-        frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []
-        releases: dict[int, list[ServerReq]] = {}  # pass r + 1 releases after launching step r
-        for r, x in zip(batch, R, strict=True):
-            if x < m:
-                releases.setdefault(x + 1, []).append(r)
+        members0 = segments[0][2]
+        full0, swa0, opens, frees = self._pass_zero(pending, plan, members0, m)
+        opens, frees = list(opens), list(frees)
+        sample = _usage_at(0, 0, full0, swa0, opens, frees, p)
         recorded: list[JumpSegment] = []
+        if m > 1:
+            recorded.append(JumpSegment(0, 1, [batch[i].sim for i in members0], full0, swa0))
+            sample = self._jump_rest(plan, segments, m, forward0, opens, frees, recorded)
+        for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
+            r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
+        if m > 1:
+            cut = bisect.bisect_left(opens, m - 1)
+            kept = [(x, pages) for x, pages in frees if x < m - 1]
+            queue = len(self.waiting)
+            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, opens[:cut], kept, recorded, queue))
+        self.forward_ct = forward0 + m
+        self.decode_steps += m - 1
+        self.ratio.on_decode_steps(m)
+        # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
+        self.overlap_extra_slots += sum(1 for x, k in zip(R, n, strict=True) if k > x and x <= m - 2)
+        return sample
+
+    def _jump_rest(
+        self,
+        plan: _Plan,
+        segments: list,
+        m: int,
+        forward0: int,
+        opens: list[int],
+        frees: list[tuple[int, int]],
+        recorded: list[JumpSegment],
+    ) -> tuple[int, int]:
+        """Passes ``1 .. m-1``: steps ``1 .. m-1`` and the releases of the finishes each pass
+        processes after launching its step. Extends ``opens`` / ``frees`` and ``recorded``;
+        returns step ``m - 1``'s usage at launch."""
+        batch, R = plan.batch, plan.R
+        p = self.page_size
+        seqs = [r.kv_allocated_len for r in batch]
+        bulk = self._replay_jump(batch, seqs, [max(0, min(x, m) - 1) for x in plan.n], m - 1, forward0 + 1)
+        first = len(opens)  # the pages opened before step 1
+        if bulk is not None:
+            opens.extend(x + 1 for x in bulk[2])
+            frees.extend((x + 1, pages) for x, pages in bulk[3])
+        releases: dict[int, list] = {}  # pass x + 1 releases after launching step x + 1
+        for r, x in zip(batch, R, strict=True):
+            if 1 <= x < m:
+                releases.setdefault(x + 1, []).append(r)
+        cuts = sorted(releases)
         offset_full = offset_swa = 0
         sample = (0, 0)
         for a, b, members in segments:
             if a >= m:
                 break
+            if b <= 1:
+                continue
             reqs = [batch[i] for i in members]
             sims = [r.sim for r in reqs]
-            u = a
-            for v in [c for c in sorted(releases) if a < c < min(b, m)] + [min(b, m)]:
+            u, b = max(a, 1), min(b, m)
+            for v in [c for c in cuts if u < c < b] + [b]:
                 if bulk is None:  # a step may evict: SGLang's per-step sequence
                     full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                         reqs, [r.kv_allocated_len for r in reqs], v - u, forward0 + u
@@ -187,8 +257,8 @@ class OverlapJumpMixin:
                         r.decode_batch_idx += v - u
                         r.num_outputs += v - u  # what the window policy reads at the next steps
                 else:
-                    opened = bisect.bisect_left(opens, u)
-                    freed = sum(pages for x, pages in frees if x < u)
+                    opened = bisect.bisect_left(opens, u) - first
+                    freed = sum(pages for x, pages in frees if 1 <= x < u)
                     full_base = bulk[0] + offset_full + opened * p
                     swa_base = bulk[1] + offset_swa + (opened - freed) * p
                 if u < m - 1:
@@ -200,18 +270,6 @@ class OverlapJumpMixin:
                     offset_full += full_moved
                     offset_swa += swa_moved
                 u = v
-        for r, o, x in zip(batch, plan.outs, R, strict=True):
-            r.num_outputs = o + 1 + min(x, m - 1)  # the results processed: step -1 .. m-2
-        if m > 1:
-            cut = bisect.bisect_left(opens, m - 1)
-            kept = [(x, pages) for x, pages in frees if x < m - 1]
-            queue = len(self.waiting)
-            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, opens[:cut], kept, recorded, queue))
-        self.forward_ct = forward0 + m
-        self.decode_steps += m - 1
-        self.ratio.on_decode_steps(m)
-        # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
-        self.overlap_extra_slots += sum(1 for x, k in zip(R, plan.n, strict=True) if k > x and x <= m - 2)
         return sample
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
