@@ -91,19 +91,23 @@ class OverlapJumpMixin:
             for r, gen in zip(pending.reqs, pending.gens, strict=True)
             if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
         }
-        got = [1 if id(r) in live else 0 for r in batch]
-        if sum(got) != len(live) or (pending.kind == "decode" and len(live) != len(batch)):
+        if pending.kind == "decode" and len(live) != len(batch):
             return None
-        outs = [r.num_outputs for r in batch]
-        R = [r.output_len - o - g for r, o, g in zip(batch, outs, got, strict=True)]
-        # dropped at pass max_new - outs - got (finishing by length), else in the batch until
-        # the pass that processes its finish
-        n = [
-            min(max(0, r.max_new_tokens - o - g), x + 1)
-            for r, o, g, x in zip(batch, outs, got, R, strict=True)
-        ]
-        if any(a < x for a, x in zip(n, R, strict=True)):
-            return None  # max_new_tokens below the output length: step it as it comes
+        outs, got, R, n = [], [], [], []
+        for r in batch:
+            o, g = r.num_outputs, 1 if id(r) in live else 0
+            x = r.output_len - o - g
+            # dropped at pass max_new - o - g (finishing by length), else in the batch until the
+            # pass that processes its finish
+            k = min(max(0, r.max_new_tokens - o - g), x + 1)
+            if k < x:
+                return None  # max_new_tokens below the output length: step it as it comes
+            outs.append(o)
+            got.append(g)
+            R.append(x)
+            n.append(k)
+        if sum(got) != len(live):
+            return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
         return _Plan(batch, outs, got, R, n, k) if k > 1 else None
 
@@ -144,11 +148,26 @@ class OverlapJumpMixin:
         self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
         return left, lag.end(m - 2), clock.end(m - 1), sample
 
-    def _pass_zero(self, pending, plan: _Plan, members: list[int], m: int) -> tuple:
-        """Pass 0: step 0's memory operations, then the result in flight processed (a decode
-        step's record and releases, or a prefill batch's first tokens, checkpoints and
-        releases, as a stepped pass processes it; the clients heard at its end). Returns step
-        0's ``#full token`` / ``#swa token`` base, page opens and window frees."""
+    def _record_in_flight(self, pending, m: int) -> None:
+        """Pass 0 processes the decode step that was in flight: its record (its finishes are
+        released with the jump's, after step 0's memory operations)."""
+        full_used, swa_used = pending.info
+        self.overlap_extra_slots += len(pending.reqs) - len(self.running)
+        self.decode_steps += 1
+        self.obs.on_decode_steps(
+            np.array([pending.end]),
+            [r.sim for r in pending.reqs],
+            np.array([full_used]),
+            np.array([swa_used]),
+            len(self.waiting) if m == 1 else 0,
+        )
+
+    def _prefill_pass_zero(self, pending, plan: _Plan, members: list[int]) -> tuple:
+        """Pass 0 with a prefill batch in flight: step 0's memory operations, then the batch's
+        result processed as a stepped pass does it (first tokens, checkpoints, releases; the
+        clients heard at its end). Its checkpoints move the window cursors that later steps'
+        eviction reads, so the jump's other steps are replayed after it. Returns step 0's
+        ``#full token`` / ``#swa token`` base, page opens and window frees."""
         batch, outs = plan.batch, plan.outs
         reqs = [batch[i] for i in members]
         seqs = [r.kv_allocated_len for r in reqs]
@@ -160,22 +179,7 @@ class OverlapJumpMixin:
                 r.decode_batch_idx += 1
         for r, o in zip(batch, outs, strict=True):
             r.num_outputs = o  # what the result processing reads
-        if pending.kind == "decode":
-            full_used, swa_used = pending.info
-            self.overlap_extra_slots += len(pending.reqs) - len(batch)
-            self.decode_steps += 1
-            self.obs.on_decode_steps(
-                np.array([pending.end]),
-                [r.sim for r in pending.reqs],
-                np.array([full_used]),
-                np.array([swa_used]),
-                len(self.waiting) if m == 1 else 0,
-            )
-            gone = [r for r, x in zip(batch, plan.R, strict=True) if x == 0]
-            if gone:
-                self._release_processed(gone)
-        else:
-            self._process_launched(pending, notify=False)
+        self._process_launched(pending, notify=False)
         for r, o, g in zip(batch, outs, plan.got, strict=True):
             r.num_outputs = o + g  # as step 1 sees it
         return step0
@@ -187,14 +191,19 @@ class OverlapJumpMixin:
         batch, R, n = plan.batch, plan.R, plan.n
         p = self.page_size
         forward0 = self.forward_ct
-        members0 = segments[0][2]
-        full0, swa0, opens, frees = self._pass_zero(pending, plan, members0, m)
-        opens, frees = list(opens), list(frees)
-        sample = _usage_at(0, 0, full0, swa0, opens, frees, p)
         recorded: list[JumpSegment] = []
-        if m > 1:
-            recorded.append(JumpSegment(0, 1, [batch[i].sim for i in members0], full0, swa0))
-            sample = self._jump_rest(plan, segments, m, forward0, opens, frees, recorded)
+        if pending.kind == "decode":
+            self._record_in_flight(pending, m)
+            first, opens, frees = 0, [], []
+        else:
+            members0 = segments[0][2]
+            full0, swa0, opens, frees = self._prefill_pass_zero(pending, plan, members0)
+            first, opens, frees = 1, list(opens), list(frees)
+            sample = _usage_at(0, 0, full0, swa0, opens, frees, p)
+            if m > 1:
+                recorded.append(JumpSegment(0, 1, [batch[i].sim for i in members0], full0, swa0))
+        if m > first:
+            sample = self._jump_steps(plan, segments, m, first, forward0, opens, frees, recorded)
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
             r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
         if m > 1:
@@ -209,30 +218,32 @@ class OverlapJumpMixin:
         self.overlap_extra_slots += sum(1 for x, k in zip(R, n, strict=True) if k > x and x <= m - 2)
         return sample
 
-    def _jump_rest(
+    def _jump_steps(
         self,
         plan: _Plan,
         segments: list,
         m: int,
+        first: int,
         forward0: int,
         opens: list[int],
         frees: list[tuple[int, int]],
         recorded: list[JumpSegment],
     ) -> tuple[int, int]:
-        """Passes ``1 .. m-1``: steps ``1 .. m-1`` and the releases of the finishes each pass
-        processes after launching its step. Extends ``opens`` / ``frees`` and ``recorded``;
-        returns step ``m - 1``'s usage at launch."""
+        """Passes ``first .. m-1``: steps ``first .. m-1`` and the releases of the finishes each
+        pass processes after launching its step. Extends ``opens`` / ``frees`` and
+        ``recorded``; returns step ``m - 1``'s usage at launch."""
         batch, R = plan.batch, plan.R
         p = self.page_size
         seqs = [r.kv_allocated_len for r in batch]
-        bulk = self._replay_jump(batch, seqs, [max(0, min(x, m) - 1) for x in plan.n], m - 1, forward0 + 1)
-        first = len(opens)  # the pages opened before step 1
+        ran = [max(0, min(x, m) - first) for x in plan.n]
+        bulk = self._replay_jump(batch, seqs, ran, m - first, forward0 + first)
+        before = len(opens)  # the pages opened before step ``first``
         if bulk is not None:
-            opens.extend(x + 1 for x in bulk[2])
-            frees.extend((x + 1, pages) for x, pages in bulk[3])
+            opens.extend(x + first for x in bulk[2])
+            frees.extend((x + first, pages) for x, pages in bulk[3])
         releases: dict[int, list] = {}  # pass x + 1 releases after launching step x + 1
         for r, x in zip(batch, R, strict=True):
-            if 1 <= x < m:
+            if first <= x < m:
                 releases.setdefault(x + 1, []).append(r)
         cuts = sorted(releases)
         offset_full = offset_swa = 0
@@ -240,12 +251,12 @@ class OverlapJumpMixin:
         for a, b, members in segments:
             if a >= m:
                 break
-            if b <= 1:
+            if b <= first:
                 continue
             reqs = [batch[i] for i in members]
             sims = [r.sim for r in reqs]
-            u, b = max(a, 1), min(b, m)
-            for v in [c for c in cuts if u < c < b] + [b]:
+            u, b = max(a, first), min(b, m)
+            for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b]:
                 if bulk is None:  # a step may evict: SGLang's per-step sequence
                     full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                         reqs, [r.kv_allocated_len for r in reqs], v - u, forward0 + u
@@ -257,8 +268,8 @@ class OverlapJumpMixin:
                         r.decode_batch_idx += v - u
                         r.num_outputs += v - u  # what the window policy reads at the next steps
                 else:
-                    opened = bisect.bisect_left(opens, u) - first
-                    freed = sum(pages for x, pages in frees if 1 <= x < u)
+                    opened = bisect.bisect_left(opens, u) - before
+                    freed = sum(pages for x, pages in frees if first <= x < u) if frees else 0
                     full_base = bulk[0] + offset_full + opened * p
                     swa_base = bulk[1] + offset_swa + (opened - freed) * p
                 if u < m - 1:
