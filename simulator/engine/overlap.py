@@ -39,7 +39,7 @@ class OverlapMixin(OverlapJumpMixin):
         So a request that finishes in batch N still takes part in batch N+1 (one over-allocated
         slot, freed at its release), prefill requests join the next decode batch before their
         first token is known, and every cache checkpoint and release lands one step later.
-        Runs one forward at a time (no fast-forward).
+        Quiet decode passes are fast-forwarded (:mod:`simulator.engine.overlap_jump`).
         """
         pending: _Launched | None = None
         while True:
