@@ -26,10 +26,13 @@ BLOCK = 512
 MAX_BLOCKS = 256  # 128k tokens
 
 
-def generate(path: Path, n: int, seed: int, max_blocks: int = MAX_BLOCKS) -> dict[str, float]:
+def generate(
+    path: Path, n: int, seed: int, max_blocks: int = MAX_BLOCKS, rate: float = 280.0
+) -> dict[str, float]:
     """Write ``n`` Mooncake-format requests to ``path``; returns a few facts about the file.
 
-    ``max_blocks`` caps every prompt at that many hash blocks (``max_blocks * 512`` tokens).
+    ``max_blocks`` caps every prompt at that many hash blocks (``max_blocks * 512`` tokens);
+    ``rate`` is the Poisson arrival rate in requests/s (``n / 3600`` spreads them over an hour).
     """
     rng = np.random.default_rng(seed)
     next_id = 0
@@ -40,7 +43,7 @@ def generate(path: Path, n: int, seed: int, max_blocks: int = MAX_BLOCKS) -> dic
     zipf = 1.0 / np.arange(1, 41) ** 1.1
     zipf /= zipf.sum()
     open_convs: list[list[int]] = []
-    t_ms = np.cumsum(rng.exponential(1000.0 / 280.0, size=n)).astype(np.int64)
+    t_ms = np.cumsum(rng.exponential(1000.0 / rate, size=n)).astype(np.int64)
     cont = rng.random(n) < 0.35
     doc_blocks = np.clip(rng.lognormal(2.6, 0.9, size=n), 1, max_blocks).astype(np.int64)
     add_blocks = rng.geometric(0.45, size=n)

@@ -305,8 +305,12 @@ def write_profiles(report: dict, results: Path, gpu: str, date: str = "2026-11-2
         "provenance": prov,
         "coefficients": coeffs,
     }
-    validate_profile(profile, origin=name)
     prof_dir = Path(__file__).resolve().parent / "profiles"
+    old = prof_dir / f"{name}.json"
+    if old.exists() and "hicache_transfer" in (kept := json.loads(old.read_text())):
+        # written by gpu_replay.transfer_profile from the transfer fits: keep it
+        profile["hicache_transfer"] = kept["hicache_transfer"]
+    validate_profile(profile, origin=name)
     (prof_dir / f"{name}.json").write_text(json.dumps(profile, indent=2) + "\n")
     # MiMo-V2-Flash (seed 000, gsm8k TP 4): its preset lacks the shapes the microbenchmarks need, so
     # its profile carries gpt-oss-120b's fitted kernel coefficients with the 4-GPU all-reduce

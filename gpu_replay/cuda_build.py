@@ -103,6 +103,7 @@ def library() -> ctypes.CDLL:
         _I64,
         _I64,
         _INT,
+        _INT,
         _PTR,
     ]
     for fn in (lib.kvt_rows, lib.kvt_bulk, lib.kvt_ce_pages, lib.kvt_ce_pitched):

@@ -70,6 +70,9 @@ class ReplayOptions:
     write_back: bool = False
     host_pages: int | None = None  # host pool pages per pool (default: as many as the device's)
     sync_every: int = 256  # steps between harvests of CUDA event times
+    # synchronize before each timed write-back call, so every call starts on an idle GPU and its
+    # time covers its own issue and execution only (not queueing behind earlier work)
+    isolate_calls: bool = False
 
 
 @dataclass
@@ -90,6 +93,9 @@ class StepRow:
     backup_pages: int = 0
     backup_bytes: int = 0
     backup_calls: int = 0  # transfer calls issued (one per pool per evicted leaf)
+    # per backup call, in issue order: its pages and its seconds (the transfer model's fit data)
+    backup_call_pages: list[int] = field(default_factory=list)
+    backup_call_s: list[float] = field(default_factory=list)
     not_replayed: int = 0
     write_s: float = 0.0
     backup_s: float = 0.0
@@ -242,8 +248,11 @@ class OpLogReplay:
             idx_dev = pool.dev.k[0].device if self.options.io_backend == "kernel" else "cpu"
             hi = (torch.from_numpy(host)[:, None] * page + torch.arange(page)).flatten().to(idx_dev)
             di = (torch.from_numpy(pages)[:, None] * page + torch.arange(page)).flatten().to(idx_dev)
-            with self.timer.span(row, "backup_s"):
+            if self.options.isolate_calls and self.timer.cuda:
+                torch.cuda.synchronize()
+            with self.timer.span(row, "backup_s", each="backup_call_s"):
                 mover.transfer(hi, di, tuple(range(pool.geo.layer_num)), "d2h")
+            row.backup_call_pages.append(len(pages))
             pool.host_serial[host] = pool.serial[pages]
             row.backup_pages += len(pages)
             row.backup_bytes += len(pages) * pool.bytes_per_page

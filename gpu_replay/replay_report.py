@@ -45,8 +45,13 @@ def write_table(path: str | Path, rows: list[StepRow]) -> Path:
     w = csv.writer(buf)
     w.writerow(TABLE_COLUMNS)
     for r in rows:
-        w.writerow([getattr(r, c) for c in TABLE_COLUMNS])
+        w.writerow([_cell(getattr(r, c)) for c in TABLE_COLUMNS])
     return _atomic_write(path, buf.getvalue())
+
+
+def _cell(v: object) -> object:
+    """Lists (per-call pages and seconds) as ``;``-joined values."""
+    return ";".join(f"{x:.9g}" if isinstance(x, float) else str(x) for x in v) if isinstance(v, list) else v
 
 
 def write_json(path: str | Path, data: dict) -> Path:
@@ -136,6 +141,7 @@ def summarize(replay: OpLogReplay, rows: list[StepRow], wall_s: float) -> dict:
             "layout": o.layout,
             "layers": o.layers,
             "write_back": o.write_back,
+            "isolate_calls": o.isolate_calls,
         },
         "environment": device_info(o.device),
         "wall_s": wall_s,

@@ -16,31 +16,38 @@ __all__ = ["StepTimer"]
 
 
 class StepTimer:
-    """Adds each span's seconds to ``getattr(row, field)``."""
+    """Adds each span's seconds to ``getattr(row, field)`` (and appends them to the list
+    ``getattr(row, each)`` where ``each`` is named)."""
 
     def __init__(self, device: str) -> None:
         self.cuda = str(device).startswith("cuda")
-        self._pending: list[tuple[object, str, torch.cuda.Event, torch.cuda.Event]] = []
+        self._pending: list[tuple[object, str, str | None, torch.cuda.Event, torch.cuda.Event]] = []
 
     @contextmanager
-    def span(self, row: object, field: str):
+    def span(self, row: object, field: str, each: str | None = None):
         if self.cuda:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
             yield
             end.record()
-            self._pending.append((row, field, start, end))
+            self._pending.append((row, field, each, start, end))
         else:
             t0 = time.perf_counter()
             yield
-            setattr(row, field, getattr(row, field) + time.perf_counter() - t0)
+            _add(row, field, each, time.perf_counter() - t0)
 
     def harvest(self) -> None:
         """Wait for the recorded spans and add their times to their rows."""
         if not self._pending:
             return
-        self._pending[-1][3].synchronize()
-        for row, field, start, end in self._pending:
-            setattr(row, field, getattr(row, field) + start.elapsed_time(end) / 1e3)
+        self._pending[-1][4].synchronize()
+        for row, field, each, start, end in self._pending:
+            _add(row, field, each, start.elapsed_time(end) / 1e3)
         self._pending.clear()
+
+
+def _add(row: object, field: str, each: str | None, seconds: float) -> None:
+    setattr(row, field, getattr(row, field) + seconds)
+    if each is not None:
+        getattr(row, each).append(seconds)

@@ -205,8 +205,8 @@ class CxxCopyTransfer:
 
     ``mode`` "loop": one cudaMemcpyAsync per (component, layer, page run); "batch": the same copies
     in one cudaMemcpyBatchAsync (off the legacy default stream, which that call refuses);
-    "pitched": one cudaMemcpy2DAsync per (component, page) covering every selected layer, where
-    layers sit a constant stride apart on both sides (a stacked device pool). ``streams`` > 1
+    "pitched": one cudaMemcpy2DAsync per (component, page run) covering every selected layer,
+    where layers sit a constant stride apart on both sides (a stacked device pool). ``streams`` > 1
     splits the copies over that many side streams, issued from as many host threads;
     ``max_batch`` caps the copies per batch call (0: one call), so the engines start early."""
 
@@ -285,6 +285,7 @@ class CxxCopyTransfer:
                     spitch,
                     dpitch,
                     len(layers),
+                    int(self.merge),
                     streams[0],
                 )
             else:

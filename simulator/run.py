@@ -14,14 +14,13 @@ pandas frames, no simulator, SimPy or server objects), so it pickles across proc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from simulator.engine.config import SimConfig
 from simulator.engine.outputs import write_tables
-from simulator.errors import ConfigError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,7 +37,9 @@ class RunResult:
     ``summary``: bench_multiturn's numbers plus the server's (JSON-ready, see docs/simulation.md),
     the failure report (``aborted``, ``rejected``, ``failed``, ``failure_reasons``) and the
     ``client_mode`` that sent the requests (``open``, ``sequential``, ``bench_multiturn``).
-    ``frames``: ``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions``.
+    ``frames``: ``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions`` (a
+    mapping that builds the DataFrames when first read: a run that only prints its summary never
+    builds one, issue 14).
     ``counters``: the server's end-of-run counters (evictions, tombstones, retractions, ...).
     ``pools``: the pools and limits the server ran with (page size, token counts, window, ...).
     ``pool_sizes``: SGLang's pool sizing behind them (``PoolSizes.to_dict()``: bytes, GPU memory
@@ -47,7 +48,7 @@ class RunResult:
 
     config: SimConfig
     summary: dict[str, Any]
-    frames: dict[str, pd.DataFrame]
+    frames: Mapping[str, pd.DataFrame]
     counters: dict[str, Any]
     pools: dict[str, Any]
     pool_sizes: dict[str, Any] | None
@@ -88,14 +89,9 @@ def run_config(
     recording with the legacy tree).
     """
     from simulator.engine.clients import client_mode, offered_request_rate
+    from simulator.engine.frames import LazyFrames
     from simulator.engine.metrics import Recorder
 
-    if cfg.hicache.enabled:
-        # Never report a device-only run as a HiCache one (a sweep's --hicache-ratio axis).
-        raise ConfigError(
-            "HiCache in served runs lands with issue 10's engine integration; "
-            "`kvplan cache-replay --enable-hierarchical-cache` replays it"
-        )
     recorder = Recorder.from_config(
         cfg, request_rate=offered_request_rate(trace, cfg), log_stream=log_stream, progress=progress
     )
@@ -103,10 +99,13 @@ def run_config(
         pool_sizes = _serve(trace, cfg, recorder)
     else:
         pool_sizes = _serve(trace, cfg, recorder, Path(record_ops))
+    columns = recorder.columns()
     return RunResult(
         config=cfg,
-        summary=recorder.report_summary(client_mode(trace, cfg)),
-        frames=recorder.report_frames(),
+        summary=recorder.report_summary(client_mode(trace, cfg), columns),
+        # HiCache runs add their own frames and request columns (built now: they are keyed by
+        # the run's request objects); the others build theirs on first read
+        frames=LazyFrames(columns) if recorder.hicache is None else recorder.report_frames(),
         counters=dict(recorder.counters),
         pools=dict(recorder.server_config),
         pool_sizes=pool_sizes,

@@ -95,12 +95,30 @@ def kvplan_lines(rows: list[dict], knobs: dict[str, Any]) -> list[dict]:
     return run_lines(rows, StepKnobs(**kw))
 
 
+def crash_signature(crash: dict | None) -> tuple | None:
+    """What must agree between SGLang's crash and kvplan's: the step, the exception type, and
+    that it is the pools' conservation check at the end of a free group (SGLang's
+    ``SWATokenToKVPoolAllocator.free_group_end``, kvplan's ``free_group_end`` in kv_allocator);
+    the stacks themselves are each program's own."""
+    if crash is None:
+        return None
+    error = crash["error"].split(":")[0]
+    return crash["step"], error, any(w.endswith(" free_group_end") for w in crash["where"])
+
+
+def _normalised(line: dict) -> dict:
+    if "crash" not in line:
+        return line
+    return dict(line, crash=crash_signature(line["crash"]))
+
+
 def first_differences(oracle: list[dict], ours: list[dict], limit: int = 5) -> list[str]:
-    """The first ``limit`` differences on step keys and request keys (every key both print)."""
+    """The first ``limit`` differences on step keys and request keys (every key both print; a
+    ``crash`` compared by :func:`crash_signature`)."""
     out: list[str] = []
     for kind in ("step", "request"):
-        a = [x for x in oracle if x["type"] == kind]
-        b = [x for x in ours if x["type"] == kind]
+        a = [_normalised(x) for x in oracle if x["type"] == kind]
+        b = [_normalised(x) for x in ours if x["type"] == kind]
         if len(a) != len(b):
             out.append(f"{kind} lines: oracle {len(a)}, kvplan {len(b)}")
         for x, y in zip(a, b, strict=False):

@@ -148,12 +148,33 @@ def test_cli_writes_the_table_and_summary(oplog, tmp_path):
     res = CliRunner().invoke(app, [*args, "--out", str(out), "--summary", str(summary), "--json"])
     assert res.exit_code == 0, res.output
     printed = json.loads(res.output)
+    assert "kvplan_version" in printed.pop("provenance")  # printed only, not in --summary's file
     assert json.loads(summary.read_text()) == printed
     with out.open() as f:
         rows = list(csv.DictReader(f))
     assert len(rows) == printed["steps"] and {"step", "write_s", "backup_s", "mem_s"} <= set(rows[0])
     assert printed["pools"]["full"]["layers"] == 1 and printed["layers_replayed_of"]["full"] == 18
     assert printed["backup_pages"] > 0 and printed["checks"] == 1
+
+
+def test_cli_repeats_and_isolated_calls(oplog, tmp_path):
+    """--repeats N: a checked warm-up, then N timed replays with a table each (OUT-r{i}), the
+    per-repeat totals in the summary; --isolate-calls reaches the replay options."""
+    out = tmp_path / "steps.csv"
+    args = ["gpu-replay", str(oplog), "--tp", "2", "--device", "cpu", "--layers", "1", "--write-back"]
+    res = CliRunner().invoke(app, [*args, "--out", str(out), "--repeats", "2", "--isolate-calls", "--json"])
+    assert res.exit_code == 0, res.output
+    printed = json.loads(res.output)
+    assert printed["options"]["isolate_calls"] is True and printed["checks"] == 1
+    assert [r["table"] for r in printed["repeats"]] == [str(tmp_path / f"steps-r{i}.csv") for i in (0, 1)]
+    assert not out.exists()
+    for i, rep in enumerate(printed["repeats"]):
+        with (tmp_path / f"steps-r{i}.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == printed["steps"]
+        assert sum(int(r["backup_pages"]) for r in rows) == printed["backup_pages"] and rep["backup_s"] > 0
+    res = CliRunner().invoke(app, [*args, "--out", str(out), "--repeats", "0"])
+    assert res.exit_code == 1 and "--repeats" in res.output
 
 
 def test_cli_refuses_a_log_of_another_model_and_bad_flags(oplog, tmp_path):

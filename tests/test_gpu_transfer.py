@@ -94,6 +94,12 @@ def _random_pages(n: int, total: int, gen: torch.Generator) -> torch.Tensor:
     return torch.randperm(total - 1, generator=gen)[:n] + 1
 
 
+def _page_runs(n_runs: int, run: int, total: int, gen: torch.Generator) -> torch.Tensor:
+    """``n_runs`` runs of ``run`` adjacent page ids in [1, total), in random order."""
+    starts = torch.randperm((total - 1) // run, generator=gen)[:n_runs] * run + 1
+    return (starts[:, None] + torch.arange(run)).flatten()
+
+
 def _token_slots(pages: torch.Tensor, page: int) -> torch.Tensor:
     return (pages[:, None] * page + torch.arange(page)).flatten()
 
@@ -123,7 +129,9 @@ def _small_cuda_config(impl: str):
     )
 
 
-def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, config=None, extra=None):
+def _run_case(
+    layout, backend, impl, direction, scope, device, seed, geo=None, config=None, extra=None, run=1
+):
     _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
@@ -132,9 +140,14 @@ def _run_case(layout, backend, impl, direction, scope, device, seed, geo=None, c
     try:
         for t in (host.k, host.v, *dev.k, *dev.v):
             _randomize(t, gen)
-        n_pages = int(torch.randint(1, 12, (1,), generator=gen))
-        hp = _random_pages(n_pages, geo.host_pages, gen)
-        dp = _random_pages(n_pages, geo.device_pages, gen)
+        if run > 1:  # runs of pages adjacent on both sides: the copy engines merge them
+            n_runs = int(torch.randint(1, 5, (1,), generator=gen))
+            hp = _page_runs(n_runs, run, geo.host_pages, gen)
+            dp = _page_runs(n_runs, run, geo.device_pages, gen)
+        else:
+            n_pages = int(torch.randint(1, 12, (1,), generator=gen))
+            hp = _random_pages(n_pages, geo.host_pages, gen)
+            dp = _random_pages(n_pages, geo.device_pages, gen)
         hi, di = _token_slots(hp, geo.page_size), _token_slots(dp, geo.page_size)
         layers = (int(torch.randint(0, geo.layer_num, (1,), generator=gen)),) if scope == "one" else (0, 1, 2)
         src_h = {(c, lay): _host_tokens(host, c, lay) for c in "kv" for lay in range(geo.layer_num)}
@@ -256,6 +269,19 @@ def test_bulk_copy_refuses_strided_pages():
             "kernel",
             "cuda_bulk",
         )
+
+
+@pytest.mark.parametrize("impl", ["pitched", "cxx_pitched", "cxx_batch", "cxx_loop"])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+@pytest.mark.parametrize("scope", ["one", "all"])
+def test_copy_engines_merge_page_runs(impl, direction, scope):
+    """Runs of 3 pages adjacent on both sides (merged into one copy, or one 2D copy of all layers
+    per run): every row lands, nothing else is written. The Python planner also runs on CPU."""
+    device = "cuda" if HAS_CUDA else "cpu"
+    if device == "cpu" and impl != "pitched":
+        pytest.skip("the C++-issued copies need CUDA")
+    for seed in (3, 4, 5):
+        _run_case("layer_first", "direct", impl, direction, scope, device, seed=seed, run=3)
 
 
 def test_cuda_library_compiles(tmp_path):

@@ -125,11 +125,17 @@ def test_storage_tier_from_sim_knobs_and_kvplan_flags():
     assert (s.read_gbps, s.write_gbps, s.op_latency_s, s.capacity_bytes) == (7, 3, 20e-6, 1_500_000_000)
 
 
-def test_run_refuses_hicache_pools_shows_it():
-    res = runner.invoke(app, ["run", "--limit", "1", "--enable-hierarchical-cache"])
-    assert res.exit_code == 1 and "issue 10's engine integration" in res.output
-    res = runner.invoke(app, ["bench-multiturn", "--hicache-ratio", "2"])
-    assert res.exit_code == 1 and "issue 10's engine integration" in res.output
+def test_served_runs_serve_hicache_pools_shows_it():
+    res = runner.invoke(app, ["run", "--limit", "2", "--enable-hierarchical-cache"])
+    assert res.exit_code == 0 and "HiCache (kvplan; write_through" in res.output, res.output
+    argv = ["bench-multiturn", "--hicache-ratio", "2", "--num-clients", "2", "--num-rounds", "2", "--json"]
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 0, res.output
+    h = json.loads(res.output)["hicache"]
+    assert h["host_full_capacity"] > 0 and h["backups"] > 0
+    argv = ["run", "--limit", "2", "--hicache-ratio", "2", "--hicache-storage-backend", "sim"]
+    res = runner.invoke(app, argv)
+    assert res.exit_code == 1 and "L3 tier is not served" in res.output
     res = runner.invoke(
         app,
         [

@@ -56,11 +56,24 @@ class L2Config:
     eviction: str = "lru"
     size_gb: float = 0.0
     max_conv: int = 8  # more conversations where the host pool is large
+    storage: str | None = None  # L3: "file" (the oracle's --storage file)
+    prefetch_policy: str = "wait_complete"
+    prefetch_threshold: int = 64
 
     @property
     def id(self) -> str:
         size = f"-size{self.size_gb:g}" if self.size_gb else ""
-        return f"{self.policy}-r{self.ratio:g}-p{self.page}-{self.eviction}{size}"
+        l3 = f"-L3{self.storage}-{self.prefetch_policy}" if self.storage else ""
+        return f"{self.policy}-r{self.ratio:g}-p{self.page}-{self.eviction}{size}{l3}"
+
+    def storage_args(self) -> dict[str, Any]:
+        if self.storage is None:
+            return {}
+        return dict(
+            storage=self.storage,
+            prefetch_policy=self.prefetch_policy,
+            prefetch_threshold=self.prefetch_threshold,
+        )
 
     def oracle_args(self, pools: HiPools) -> dict[str, Any]:
         return dict(
@@ -76,6 +89,7 @@ class L2Config:
             eviction_policy=self.eviction,
             per_request=True,
             batch=1,
+            **self.storage_args(),
         )
 
     def kvplan(self, pools: HiPools, check_invariants: bool = True) -> HiCacheReplayConfig:
@@ -89,6 +103,9 @@ class L2Config:
             hicache_ratio=self.ratio,
             hicache_size=self.size_gb,
             check_invariants=check_invariants,
+            storage_backend=self.storage,
+            prefetch_policy=self.prefetch_policy,
+            prefetch_threshold=self.prefetch_threshold,
         )
 
 
@@ -104,12 +121,28 @@ CI_CONFIGS = [
     L2Config("write_through", 2, 16, size_gb=0.0002),
 ]
 
+# L3 (the oracle's SGLang HiCacheFile) at page 16: prefetch on enqueue, threshold 64 tokens
+L3_CONFIGS = [
+    L2Config("write_through", 1, 16, storage="file", prefetch_policy="wait_complete"),
+    L2Config("write_through_selective", 1, 16, storage="file", prefetch_policy="best_effort"),
+    L2Config("write_back", 2, 16, max_conv=20, storage="file", prefetch_policy="wait_complete"),
+]
+CI_CONFIGS += L3_CONFIGS
+
 SLOW_CONFIGS = [
-    L2Config(policy, ratio, page)
+    L2Config(policy, ratio, page, storage=storage)
+    for storage in (None, "file")
     for policy in ("write_through", "write_through_selective", "write_back")
     for ratio in (1, 2, 3, 4)
     for page in (1, 16, 64)
 ]
+
+
+def slow_seeds() -> range:
+    """The slow run's workloads: ``KVPLAN_HICACHE_SLOW_WORKLOADS`` (default 200) seeds from
+    ``KVPLAN_HICACHE_SLOW_FIRST`` (default 0), so a long run can be split into shards."""
+    first = int(os.environ.get("KVPLAN_HICACHE_SLOW_FIRST", "0"))
+    return range(first, first + int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200")))
 
 
 class HiCacheOracle(OracleProcess):
@@ -158,6 +191,9 @@ def hicache_oracle() -> Iterator[HiCacheOracle]:
 def oracle_view(rec: dict[str, Any]) -> dict[str, Any]:
     """The compared keys of one oracle record (full form)."""
     out = {k: rec[k] for k in SHORT_KEYS + TIER_KEYS}
+    for k in ("cached_tokens_storage", "storage_loaded_len"):
+        if k in rec:
+            out[k] = rec[k]
     out["after"] = {k: rec["after_acks"][k] for k in AFTER_KEYS}
     out["backed_up_nodes"] = rec["tree"]["backed_up_nodes"]
     return out
@@ -212,6 +248,10 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
         assert total["deleted_nodes"] > 0, total
     if cfg.policy == "write_back":
         assert total["write_back_deferred"] > 0, total
+    if cfg.storage:
+        assert total["storage_backup_acks"] > 0 and total["prefetch_issued"] > 0, total
+        if cfg.prefetch_policy == "wait_complete":
+            assert total["prefetch_done"] > 0 and total["prefetch_tokens"] > 0, total
 
 
 @pytest.mark.slow
@@ -219,10 +259,19 @@ def test_hicache_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config) ->
 def test_hicache_full_matrix(hicache_oracle: HiCacheOracle, cfg: L2Config, request) -> None:
     if "slow" not in (request.config.option.markexpr or ""):
         pytest.skip("the full HiCache matrix runs only with -m slow")
-    run_config(hicache_oracle, cfg, range(int(os.environ.get("KVPLAN_HICACHE_SLOW_WORKLOADS", "200"))))
+    report = os.environ.get("KVPLAN_HICACHE_SLOW_REPORT")
+    seeds = slow_seeds()
+    total = run_config(hicache_oracle, cfg, seeds)
+    if report:  # one line per configuration: workloads compared (0 differences) and counts
+        import json
+
+        with open(report, "a") as f:
+            f.write(json.dumps(dict(config=cfg.id, seeds=[seeds.start, seeds.stop], counts=total)) + "\n")
 
 
-@pytest.mark.parametrize("cfg", [CI_CONFIGS[1], CI_CONFIGS[6], CI_CONFIGS[8]], ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "cfg", [CI_CONFIGS[1], CI_CONFIGS[6], CI_CONFIGS[8], L3_CONFIGS[0], L3_CONFIGS[2]], ids=lambda c: c.id
+)
 def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, tmp_path) -> None:
     """``kvplan cache-replay --enable-hierarchical-cache --json`` with SGLang's flag names prints
     the oracle's short-form records and counts."""
@@ -241,6 +290,11 @@ def test_cli_json_matches_sglang(hicache_oracle: HiCacheOracle, cfg: L2Config, t
     args += ["--swa-tokens", str(pools.swa_tokens), "--window", str(pools.window)]
     args += ["--hicache-write-policy", cfg.policy, "--hicache-ratio", str(cfg.ratio)]
     args += ["--hicache-size", str(cfg.size_gb), "--radix-eviction-policy", cfg.eviction]
+    if cfg.storage:
+        args += ["--hicache-storage-backend", cfg.storage]
+        args += ["--hicache-storage-prefetch-policy", cfg.prefetch_policy]
+        extra = json.dumps({"prefetch_threshold": cfg.prefetch_threshold})
+        args += ["--hicache-storage-backend-extra-config", extra]
     res = CliRunner().invoke(app, args)
     assert res.exit_code == 0, res.output
     rows = [json.loads(line) for line in res.stdout.strip().splitlines()]

@@ -139,10 +139,13 @@ def test_make_swa_eviction_unknown_name_lists_the_registry():
         make_swa_eviction("sometimes", interval=64)
 
 
-def test_hicache_config_is_refused_until_the_engine_serves_it():
-    """A sweep point with --hicache-ratio must not silently run device-only."""
+def test_hicache_config_is_served_and_reported(trace):
+    """A sweep point with --hicache-ratio runs with HiCache (never silently device-only), and its
+    result, HiCache figures included, stays plain data that crosses a process boundary."""
     from simulator.hicache_args import HiCacheArgs
 
-    cfg = dataclasses.replace(SimConfig(), hicache=HiCacheArgs(hicache_ratio=2.0))
-    with pytest.raises(ConfigError, match="HiCache"):
-        run_config(None, cfg)
+    cfg = dataclasses.replace(CFG, hicache=HiCacheArgs(hicache_ratio=2.0))
+    res = run_config(trace, cfg)
+    assert res.summary["hicache"]["host_full_capacity"] > 0 and res.summary["hicache"]["backups"] > 0
+    assert _plain(res.summary) and "hicache_transfers" in res.frames
+    assert pickle.loads(pickle.dumps(res)).equals(res)

@@ -45,6 +45,11 @@ CONFIGS = {
     "overlap-eos": (dict(full_tokens=3000, swa_tokens=1200, window=64), "eos", "on", ("stop",)),
     "plain-idle": (PLAIN, "idle", "on", ("reset",)),
     "overlap-idle": ({}, "idle", "on", ("reset",)),
+    # SGLang's own bug (SCHEDULER.md Finding 1): an SWA pool no larger than a chunk plus a page
+    # truncates a second request per batch, which decodes on a partial prompt, and the SWA
+    # allocator's conservation assert fires in both loops on these workloads
+    "plain-swa-bug": (dict(PLAIN, swa_tokens=400, window=128), "mixed", "on", ("swa-bug",)),
+    "overlap-swa-bug": (dict(swa_tokens=400, window=128), "mixed", "on", ("swa-bug",)),
 }
 
 _WORKERS: dict[str, SchedOracle] = {}
@@ -70,8 +75,10 @@ def _batch_full_passes(lines: list[dict]) -> int:
 def _check_exercised(needs: tuple[str, ...], totals: dict[str, int]) -> None:
     """Each configuration exercises what it can, counted from the oracle's run lines."""
     assert totals["chunked_steps"] > 0
-    assert totals["swa_chunk_capped"] == 0 and totals["anomalies"] == 0  # pools > chunk + page
+    if "swa-bug" not in needs:  # pools > chunk + page
+        assert totals["swa_chunk_capped"] == 0 and totals["anomalies"] == 0 and totals["crashes"] == 0
     checks = {
+        "swa-bug": totals["swa_chunk_capped"] > 0 and totals["anomalies"] > 0 and totals["crashes"] > 0,
         "retract": totals["retractions"] > 0,
         "refresh": totals["refreshes"] > 0,
         "no-refresh": totals["refreshes"] == 0,
@@ -103,7 +110,7 @@ def _compare(workers, name: str, seeds: range) -> None:
     oracle = workers[refresh]
     knobs = dict(knobs, waiting_prefix_refresh=refresh == "on")
     flags, _ = knob_flags(knobs)
-    totals: dict[str, int] = {"batch_full_passes": 0, "stops": 0}
+    totals: dict[str, int] = {"batch_full_passes": 0, "stops": 0, "crashes": 0}
     for seed in seeds:
         rows = generate(seed, style=style)
         ans = oracle.run(rows, flags)
@@ -112,8 +119,11 @@ def _compare(workers, name: str, seeds: range) -> None:
         for k, v in lines[-1]["counts"].items():
             totals[k] = totals.get(k, 0) + v
         totals["batch_full_passes"] += _batch_full_passes(lines)
+        totals["crashes"] += lines[-1].get("crashed") is not None
         totals["stops"] += sum(
             1 for x in lines if x["type"] == "request" and (x["finish_reason"] or {}).get("type") == "stop"
         )
-        assert first_differences(lines, kvplan_lines(rows, knobs)) == [], f"seed {seed}"
+        ours = kvplan_lines(rows, knobs)
+        assert first_differences(lines, ours) == [], f"seed {seed}"
+        assert (ours[-1].get("crashed") is None) == (lines[-1].get("crashed") is None), f"seed {seed}"
     _check_exercised(needs, totals)

@@ -48,3 +48,31 @@ def test_every_request_completes(runs):
     for run in runs.values():
         assert run.summary["requests"] == 100
         assert run.summary.get("aborted", 0) == 0
+
+
+# --- both loops, both tombstone generations (docs/validation.md, "Both loops") -----------------
+
+
+@pytest.fixture(scope="module")
+def more_runs():
+    return {
+        ("unified", False, "none"): run_seed("none", "unified"),
+        ("unified", False, "window"): run_seed("window", "unified"),
+        ("legacy", True, "window"): run_seed("window", "legacy", overlap=True),
+    }
+
+
+@pytest.mark.parametrize("key", [("unified", False, "window"), ("legacy", True, "window")])
+def test_after_within_tolerance_on_todays_tree_and_the_overlap_loop(more_runs, key):
+    run = more_runs[key]
+    assert abs(run.summary["cache_hit_rate"] - SEED["window"]["cache_hit_rate"]) <= TOL
+    assert abs(run.late_usage()["swa_usage"] - SEED["window"]["late_swa_usage"]) <= TOL
+
+
+def test_unified_tree_loses_no_cache_without_decode_eviction(more_runs):
+    """Today's tree tombstones SWA instead of deleting whole leaves, so the before run keeps every
+    prefix: its per-round hit rates are the after run's, and only its SWA usage stays high."""
+    before, after = more_runs[("unified", False, "none")], more_runs[("unified", False, "window")]
+    hits = [[r["cache_hit_rate"] for r in x.summary["per_round"]] for x in (before, after)]
+    assert hits[0] == hits[1]
+    assert before.late_usage()["swa_usage"] > 3 * after.late_usage()["swa_usage"]

@@ -114,11 +114,15 @@ def return_freed_memory() -> None:
         pass
 
 
+def _read_parquet(inp: TraceInput, limit: int | None) -> Trace:
+    from traces.parquet import read_parquet  # pyarrow.parquet only for parquet input (issue 14)
+
+    return read_parquet(inp, limit)
+
+
 def _read(
     inp: TraceInput, fmt: str, block_size: int | None, continuation: ContinuationMode, limit: int | None
 ) -> Trace:
-    from traces.parquet import read_parquet
-
     if fmt != "parquet" and inp.kind == "parquet":
         raise TraceFormatError(
             inp.name, None, None, f"a parquet file, not {fmt}; pass --format parquet or no --format"
@@ -131,6 +135,6 @@ def _read(
         "azure": lambda: read_azure(inp, limit),
         "dynamo-events": lambda: read_dynamo_events(inp, continuation, limit),
         "tokens": lambda: read_token_jsonl(inp, limit),
-        "parquet": lambda: read_parquet(inp, limit),
+        "parquet": lambda: _read_parquet(inp, limit),
     }
     return readers[fmt]()

@@ -134,12 +134,16 @@ class RowPageKeys:
 
     def row(self, i: int) -> np.ndarray:
         """The page keys of row ``i`` (a fresh int64 array)."""
+        return self.row_view(i).copy()
+
+    def row_view(self, i: int) -> np.ndarray:
+        """Row ``i``'s keys as a view into its chunk: slice it, then copy what is kept."""
         c = int(np.searchsorted(self._starts, i, side="right")) - 1
         keys = self._chunks.get(c)
         if keys is None:
             keys = self._chunk_keys(c)
         base = int(self.page_offsets[self._starts[c]])
-        return keys[int(self.page_offsets[i]) - base : int(self.page_offsets[i + 1]) - base].copy()
+        return keys[int(self.page_offsets[i]) - base : int(self.page_offsets[i + 1]) - base]
 
     def _chunk_keys(self, c: int) -> np.ndarray:
         if len(self._chunks) >= _CHUNKS_KEPT:
@@ -179,7 +183,8 @@ class LazyPages:
         self._i = i
 
     def __getitem__(self, key):
-        return self._rows.row(self._i)[key]
+        part = self._rows.row_view(self._i)[key]  # copy the slice only, not the whole row
+        return part.copy() if isinstance(part, np.ndarray) else part
 
     def __len__(self) -> int:
         return self._rows.row_len(self._i)

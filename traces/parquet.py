@@ -21,11 +21,18 @@ from traces.closed_loop import ClosedLoop, closed_loop_from_dict, closed_loop_to
 from traces.errors import TraceFormatError
 from traces.jsonl import opened
 from traces.output import check_output_path, umask_mode
-from traces.parquet_checks import check_content, check_format_version, check_requests, dense_chain_ids
+from traces.parquet_checks import (
+    check_content,
+    check_format_version,
+    check_requests,
+    client_columns,
+    dense_chain_ids,
+)
 from traces.schema import REQUEST_COLUMNS, BlockContent, TokenContent, Trace
 from traces.source import TraceInput
 
-FORMAT_VERSION = "1"
+FORMAT_VERSION = "2"  # 2: optional client columns max_new_tokens / ignore_eos (traces.schema)
+READ_VERSIONS = ("1", "2")
 _LISTS = {"blocks": ("chain_ids", "block_lens"), "tokens": ("tokens",)}
 
 
@@ -104,14 +111,15 @@ def read_parquet(path: TraceInput | str | Path, limit: int | None = None) -> Tra
     kind = meta.get(b"kvplan.content", b"").decode(errors="replace")
     if kind not in _LISTS:
         raise TraceFormatError(src, None, None, "not a kvplan trace (no kvplan.content metadata)")
-    check_format_version(
-        src, meta.get(b"kvplan.format_version", b"").decode(errors="replace"), FORMAT_VERSION
-    )
+    check_format_version(src, meta.get(b"kvplan.format_version", b"").decode(errors="replace"), READ_VERSIONS)
     missing = [c for c in (*REQUEST_COLUMNS, *_LISTS[kind]) if c not in table.column_names]
     if missing:
         raise TraceFormatError(src, None, missing[0], "missing column")
     lists = {name: _list_values(src, table, name) for name in _LISTS[kind]}
+    client = client_columns(src, table)
     requests = table.drop_columns(list(_LISTS[kind])).to_pandas()
+    for name, values in client.items():
+        requests[name] = values
     check_requests(src, requests)
     check_content(src, requests, lists)
     if kind == "blocks":

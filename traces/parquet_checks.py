@@ -11,20 +11,58 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traces.chains import sorted_dense_ids
 from traces.errors import TraceFormatError
 from traces.jsonl import MAX_TOKENS
+from traces.schema import CLIENT_COLUMNS
 
 MAX_TOKEN_ID = 2**31 - 1  # as the token JSONL reader (traces/readers/tokens.py)
 
 
-def check_format_version(src: str, version: str, known: str) -> None:
-    if version != known:
+def check_format_version(src: str, version: str, known: tuple[str, ...]) -> None:
+    if version not in known:
         found = repr(version) if version else "none"
         raise TraceFormatError(
-            src, None, "kvplan.format_version", f"unknown version {found}; this kvplan reads {known}"
+            src,
+            None,
+            "kvplan.format_version",
+            f"unknown version {found}; this kvplan reads {', '.join(known)}",
         )
+
+
+def client_columns(src: str, table: pa.Table) -> dict[str, pd.api.extensions.ExtensionArray]:
+    """The client columns (``traces.schema.CLIENT_COLUMNS``) a table holds, checked and as the
+    canonical nullable arrays: ``max_new_tokens`` integers in [1, 2**30], ``ignore_eos`` booleans;
+    nulls are requests that do not send the value."""
+    out: dict[str, pd.api.extensions.ExtensionArray] = {}
+    for name in CLIENT_COLUMNS:
+        if name in table.column_names:
+            col = table.column(name).combine_chunks()
+            out[name] = _ignore_eos(src, col) if name == "ignore_eos" else _max_new_tokens(src, col)
+    return out
+
+
+def _ignore_eos(src: str, col: pa.Array) -> pd.arrays.BooleanArray:
+    if not (pa.types.is_boolean(col.type) or pa.types.is_null(col.type)):
+        raise TraceFormatError(src, None, "ignore_eos", f"must be a boolean column, got {col.type}")
+    values = np.asarray(pc.fill_null(col.cast(pa.bool_()), False), dtype=bool)
+    return pd.arrays.BooleanArray(values, np.asarray(col.is_null(), dtype=bool))
+
+
+def _max_new_tokens(src: str, col: pa.Array) -> pd.arrays.IntegerArray:
+    name = "max_new_tokens"
+    if not (pa.types.is_integer(col.type) or pa.types.is_null(col.type)):
+        raise TraceFormatError(src, None, name, f"must be an integer column, got {col.type}")
+    try:
+        values = np.asarray(pc.fill_null(col.cast(pa.int64()), 1), dtype=np.int64)
+    except pa.ArrowInvalid as exc:  # an unsigned value past int64
+        raise TraceFormatError(src, None, name, f"integer out of range ({exc})") from None
+    _fail(src, values < 1, name, lambda r: f"must be >= 1, got {values[r]}")
+    _fail(src, values > MAX_TOKENS, name, lambda r: f"must be <= {MAX_TOKENS:,}, got {values[r]:,}")
+    return pd.arrays.IntegerArray(values, np.asarray(col.is_null(), dtype=bool))
 
 
 def _first(mask: np.ndarray) -> int | None:

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 #: Columns every trace's ``requests`` frame has, in this order.
 REQUEST_COLUMNS = ("rid", "arrival_s", "session_id", "turn", "parent", "prompt_len", "output_len")
 
+#: What a client sends with each request, where the trace records it (parquet format version 2):
+#: ``max_new_tokens`` (nullable Int64, >= 1) and ``ignore_eos`` (nullable boolean); NA = not
+#: sent. A trace that records neither has neither column.
+CLIENT_COLUMNS = {"max_new_tokens": "Int64", "ignore_eos": "boolean"}
+
 
 @dataclass(frozen=True)
 class BlockContent:
@@ -217,6 +222,13 @@ def make_requests(
         }
     )
     return frame
+
+
+def add_client_columns(frame: pd.DataFrame, max_new_tokens: list, ignore_eos: list) -> None:
+    """Append :data:`CLIENT_COLUMNS` (one value or None per row) when any row states one."""
+    if any(v is not None for v in max_new_tokens) or any(v is not None for v in ignore_eos):
+        frame["max_new_tokens"] = pd.array(max_new_tokens, dtype="Int64")
+        frame["ignore_eos"] = pd.array(ignore_eos, dtype="boolean")
 
 
 def check_trace(trace: Trace) -> None:

@@ -270,7 +270,7 @@ int issue(const Copies& c, int batch, size_t max_batch, int n_streams, void* con
 
 extern "C" {
 
-int kvt_version() { return 4; }
+int kvt_version() { return 5; }
 
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_tok, int64_t sps, int64_t sts, int64_t dps, int64_t dts, int page,
@@ -338,17 +338,27 @@ int kvt_ce_pages(const int64_t* src_bases, const int64_t* dst_bases, int n_slots
   return issue(c, batch, static_cast<size_t>(max_batch), n_streams, streams);
 }
 
-// One cudaMemcpy2DAsync per (component, page): `height` layers of page_bytes, layers spitch /
-// dpitch bytes apart on each side (page_first_direct host page against a stacked device pool).
+// One cudaMemcpy2DAsync per (component, run of pages adjacent on both sides; a page when merge
+// is 0 or a side's pages are not page_bytes apart): `height` layers of the run's bytes, layers
+// spitch / dpitch bytes apart on each side (a stacked device pool against layer_first or
+// page_first_direct host pages).
 int kvt_ce_pitched(const int64_t* src_bases, const int64_t* dst_bases, int n_comp, const int64_t* src_pages,
                    const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps, int64_t page_bytes,
-                   int64_t spitch, int64_t dpitch, int height, void* stream) {
+                   int64_t spitch, int64_t dpitch, int height, int merge, void* stream) {
   auto s = static_cast<cudaStream_t>(stream);
+  const auto runs = page_runs(src_pages, dst_pages, n_pages, merge && sps == page_bytes && dps == page_bytes);
   for (int i = 0; i < n_comp; ++i)
-    for (int64_t p = 0; p < n_pages; ++p) {
-      cudaError_t rc = cudaMemcpy2DAsync(reinterpret_cast<void*>(dst_bases[i] + dst_pages[p] * dps), dpitch,
-                                         reinterpret_cast<const void*>(src_bases[i] + src_pages[p] * sps), spitch,
-                                         page_bytes, height, cudaMemcpyDefault, s);
+    for (const auto& r : runs) {
+      const size_t width = static_cast<size_t>((r.second - r.first) * page_bytes);
+      void* dst = reinterpret_cast<void*>(dst_bases[i] + dst_pages[r.first] * dps);
+      const void* src = reinterpret_cast<const void*>(src_bases[i] + src_pages[r.first] * sps);
+      if (height == 1) {  // one layer: a plain copy (the pitches say nothing)
+        cudaError_t rc = cudaMemcpyAsync(dst, src, width, cudaMemcpyDefault, s);
+        if (rc != cudaSuccess) return static_cast<int>(rc);
+        continue;
+      }
+      if (static_cast<int64_t>(width) > spitch || static_cast<int64_t>(width) > dpitch) return kBadArgs;
+      cudaError_t rc = cudaMemcpy2DAsync(dst, dpitch, src, spitch, width, height, cudaMemcpyDefault, s);
       if (rc != cudaSuccess) return static_cast<int>(rc);
     }
   return 0;

@@ -38,6 +38,7 @@ class _TraceWorkload(Sequence):
     def __init__(self, trace: Any, page_size: int) -> None:
         from traces.pages import LazyPages
 
+        self.trace = trace  # kept for provenance (its content hash)
         self._lazy, self._rows = LazyPages, trace.row_page_keys(page_size)
         if self._rows is None:
             self._offsets, self._ids = trace.sequence_pages(page_size)
@@ -69,6 +70,10 @@ class _TraceWorkload(Sequence):
     "hicache_write_policy",
     "hicache_ratio",
     "hicache_size",
+    "hicache_storage_backend",
+    "hicache_storage_prefetch_policy",
+    "hicache_storage_backend_extra_config",
+    "storage_capacity_gb",
 )
 def cache_replay(
     workload: Annotated[
@@ -109,7 +114,7 @@ def cache_replay(
         window = window_d if window is None else window
     hi = server.pop("hicache")  # HiCacheArgs: the flags as declared once in server_flags.py
     if hi.enabled:
-        from simulator.cli.cache_replay_hicache import run_hicache_replay
+        from simulator.cli.cache_replay_hicache import run_hicache_replay, storage_fields
 
         geometry = dict(layers=layers, full_layers=full_layers, head_num=head_num, head_dim=head_dim)
         # SGLang's default ratio when none is given is 2.0 (hicache_hook.py), as the oracle's
@@ -117,6 +122,7 @@ def cache_replay(
             write_policy=hi.hicache_write_policy,
             hicache_ratio=2.0 if hi.hicache_ratio is None else hi.hicache_ratio,
             hicache_size=hi.hicache_size,
+            **storage_fields(hi),
         )
         pools = dict(page_size=page_size, full_tokens=full_tokens, swa_tokens=swa_tokens, window=window)
         requests = workload_from_trace(workload, page_size, limit)
@@ -137,7 +143,9 @@ def cache_replay(
     # records are printed (--json) or dropped as they come: a big trace's never pile up
     result = replay(requests, cfg, _print_record if as_json else _drop_record)
     if as_json:
-        print_json({"summary": result.summary})
+        from simulator.provenance import provenance
+
+        print_json({"summary": result.summary, "provenance": provenance(requests.trace)})
     else:
         _print_summary(result.summary, workload)
     exit_if_failed(result.summary["aborted"], result.summary["requests"], max_abort_fraction)

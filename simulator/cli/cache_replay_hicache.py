@@ -21,6 +21,28 @@ from simulator.radix.hicache_replay import HiCacheReplayConfig, replay_hicache
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1, "uint8": 1}
 
 
+def storage_fields(hi) -> dict[str, Any]:
+    """The L3 fields of :class:`HiCacheReplayConfig` from the HiCache flags
+    (``--hicache-storage-backend``, ``--hicache-storage-prefetch-policy``, the extra config's
+    prefetch knobs, kvplan's ``--storage-*`` speed and capacity), resolved as SGLang does."""
+    if hi.hicache_storage_backend is None:
+        return {}
+    from simulator.hicache_args import resolve_hicache_args
+
+    r = resolve_hicache_args(hi)
+    return dict(
+        storage_backend=r.storage.backend,
+        prefetch_policy=r.prefetch_policy,
+        prefetch_threshold=r.prefetch_threshold,
+        prefetch_timeout_base=r.prefetch_timeout_base,
+        prefetch_timeout_per_ki_token=r.prefetch_timeout_per_ki_token,
+        storage_capacity_bytes=r.storage.capacity_bytes,
+        storage_read_gbps=r.storage.read_gbps,
+        storage_write_gbps=r.storage.write_gbps,
+        storage_op_latency_s=r.storage.op_latency_s,
+    )
+
+
 def run_hicache_replay(
     requests,
     server: dict[str, Any],
@@ -47,7 +69,9 @@ def run_hicache_replay(
     if as_json:
         for rec in result["requests"]:
             print_json(rec)
-        print_json({"summary": summary})
+        from simulator.provenance import provenance
+
+        print_json({"summary": summary, "provenance": provenance(getattr(requests, "trace", None))})
         return
     typer.echo(f"cache-replay (HiCache {cfg.write_policy}): {path.name}")
     for key, value in summary.items():
@@ -78,6 +102,7 @@ def summarize(result: dict) -> dict:
         requests_loaded=sum(r["host_loaded_len"] > 0 for r in recs),
         cached_tokens_device=sum(r["cached_tokens_device"] for r in recs),
         cached_tokens_host=sum(r["cached_tokens_host"] for r in recs),
+        cached_tokens_storage=sum(r.get("cached_tokens_storage", 0) for r in recs),
         host_full_capacity=result["hicache"]["host_full_capacity"],
         host_swa_capacity=result["hicache"]["host_swa_capacity"],
         counts={k: v for k, v in result["counts"].items() if v},

@@ -62,7 +62,9 @@ def demo(
         evicted_swa_tokens=counters["evictions"]["swa_evicted"],
     )
     if as_json:
-        print_json(out)
+        from simulator.provenance import provenance
+
+        print_json({**out, "provenance": provenance(tr, cfg.profile)})
     else:
         from simulator.engine.report import format_failures
 

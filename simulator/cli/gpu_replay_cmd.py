@@ -70,6 +70,19 @@ def gpu_replay(
         bool, typer.Option("--write-back", help="back evicted pages up to a host pool (HiCache write_back)")
     ] = False,
     host_pages: Annotated[int | None, typer.Option("--host-pages", help="host pool pages per pool")] = None,
+    isolate_calls: Annotated[
+        bool,
+        typer.Option(
+            "--isolate-calls", help="synchronize before each write-back call (times each call on an idle GPU)"
+        ),
+    ] = False,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            "--repeats",
+            help="timed replays of the log (N > 1: one untimed warm-up first, tables OUT-r0..r{N-1})",
+        ),
+    ] = 1,
     out: Annotated[
         Path | None, typer.Option("--out", help="per-step table (CSV); default: OPS with .gpu-replay.csv")
     ] = None,
@@ -85,6 +98,8 @@ def gpu_replay(
         raise FlagError(f"--device {device!r}: must be cuda or cpu")
     if check_every < 1:
         raise FlagError(f"--check-every {check_every}: must be >= 1")
+    if repeats < 1:
+        raise FlagError(f"--repeats {repeats}: must be >= 1")
     if layers is not None and layers < 1:
         raise FlagError(f"--layers {layers}: must be >= 1")
     resolved = resolve_layout_io(layout, io_backend)
@@ -107,23 +122,31 @@ def gpu_replay(
         check_every=check_every,
         write_back=write_back,
         host_pages=host_pages,
+        isolate_calls=isolate_calls,
     )
-    summary = _run(ops, model, tp, options, out)
+    summary = _run(ops, model, tp, options, out, repeats)
     if summary_out is not None:
         from gpu_replay.replay_report import write_json
 
         write_json(summary_out, summary)
     if as_json:
-        print_json(summary)
+        from simulator.provenance import provenance
+
+        print_json({**summary, "provenance": provenance()})
         return
     _print(summary, out)
 
 
-def _run(ops: Path, model: str, tp: int, options: dict, out: Path) -> dict:
+def _run(ops: Path, model: str, tp: int, options: dict, out: Path, repeats: int = 1) -> dict:
+    """One replay (``repeats`` 1, the table at ``out``), or a warm-up replay with the chosen checks
+    then ``repeats`` timed ones without (tables ``OUT-r{i}``, as
+    ``gpu_replay.transfer_model.compact_calls`` reads them): one replay is not a measurement to a
+    few percent (docs/gpu-replay.md, "Fourth session")."""
+    import dataclasses
+
     import torch
 
-    from gpu_replay.oplog_replay import OpLogReplay, ReplayOptions
-    from gpu_replay.replay_report import summarize, write_table
+    from gpu_replay.oplog_replay import ReplayOptions
     from gpu_replay.transfer import IMPLS
     from simulator.oplog import read_op_log
 
@@ -134,7 +157,23 @@ def _run(ops: Path, model: str, tp: int, options: dict, out: Path) -> dict:
         raise FlagError(f"--impl {impl!r}: the {io_backend} backend has {', '.join(IMPLS[io_backend])}")
     log = read_op_log(ops)
     _check_geometry(log.header, model, tp)
-    options = ReplayOptions(**options)
+    opts = ReplayOptions(**options)
+    if repeats == 1:
+        return _replay_once(log, opts, out)
+    summary = _replay_once(log, opts, None)
+    timed = dataclasses.replace(opts, verify="none")
+    runs = [_replay_once(log, timed, out.with_name(f"{out.stem}-r{i}{out.suffix}")) for i in range(repeats)]
+    keys = ("table", "wall_s", "write_s", "write_gbps", "backup_s", "backup_gbps", "mem_s")
+    summary["repeats"] = [{k: r.get(k) for k in keys} for r in runs]
+    summary["table"] = None
+    return summary
+
+
+def _replay_once(log, options, out: Path | None) -> dict:
+    """One replay of ``log``; its summary, and its table written to ``out`` unless None."""
+    from gpu_replay.oplog_replay import OpLogReplay
+    from gpu_replay.replay_report import summarize, write_table
+
     t0 = time.perf_counter()
     replay = OpLogReplay(log, options)
     try:
@@ -142,8 +181,9 @@ def _run(ops: Path, model: str, tp: int, options: dict, out: Path) -> dict:
     finally:
         replay.release()
     summary = summarize(replay, rows, time.perf_counter() - t0)
-    write_table(out, rows)
-    summary["table"] = str(out)
+    if out is not None:
+        write_table(out, rows)
+    summary["table"] = str(out) if out is not None else None
     return summary
 
 
@@ -169,4 +209,10 @@ def _print(s: dict, out: Path) -> None:
             f"  per step (ms): p50 {per['p50'] * 1e3:.3f}  p99 {per['p99'] * 1e3:.3f}  "
             f"max {per['max'] * 1e3:.3f}"
         )
-    typer.echo(f"  checks passed: {s['checks']} (verify={s['verify']}); table: {out}")
+    where = "warm-up replay, tables per repeat below" if s.get("repeats") else f"table: {out}"
+    typer.echo(f"  checks passed: {s['checks']} (verify={s['verify']}); {where}")
+    for i, r in enumerate(s.get("repeats", [])):
+        typer.echo(
+            f"  repeat {i}: write-back {r['backup_s'] * 1e3:.2f} ms, writes {r['write_s'] * 1e3:.2f} ms; "
+            f"table: {r['table']}"
+        )

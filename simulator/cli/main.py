@@ -5,27 +5,83 @@ from __future__ import annotations
 from typing import Any
 
 import typer
-import typer.core
 
-from simulator.cli import (
-    bench_multiturn_cmd,
-    bound_cmd,
-    cache_replay_cmd,
-    demo_cmd,
-    gpu_replay_cmd,
-    ops_cmd,
-    pools_cmd,
-    run_cmd,
-    step_replay_cmd,
-    sweep_cmd,
-    trace_cmd,
+from simulator.cli.lazy import LazyCommand, LazyGroup
+
+# The subcommands in `kvplan --help` order: name, "module:attribute" (a command function or a
+# typer.Typer), and the first paragraph of its help. A module is imported only when its command
+# runs (issue 14); to add a command, append one line (tests/test_cli_lazy.py checks the help).
+COMMANDS = (
+    LazyCommand(
+        "pools",
+        "simulator.cli.pools_cmd:pools",
+        "Print SGLang's full / SWA / host pool sizes for a model, GPU and flags.",
+    ),
+    LazyCommand(
+        "cache-replay",
+        "simulator.cli.cache_replay_cmd:cache_replay",
+        "Serve WORKLOAD through the hybrid SWA radix cache exactly as SGLang does at batch size 1.",
+    ),
+    LazyCommand(
+        "demo",
+        "simulator.cli.demo_cmd:demo",
+        "Trace stats, SGLang's pool sizing and the simulated server's cache hit rate on a bundled default.",
+    ),
+    LazyCommand(
+        "run",
+        "simulator.cli.run_cmd:run",
+        "Serve TRACE through the simulated SGLang server; print bench_multiturn's summary.",
+    ),
+    LazyCommand(
+        "bench-multiturn",
+        "simulator.cli.bench_multiturn_cmd:bench_multiturn",
+        "Run bench_multiturn.py's workload and sender against the simulated SGLang server.",
+    ),
+    LazyCommand(
+        "sweep",
+        "simulator.cli.sweep_cmd:sweep",
+        "Run TRACE at every point of a grid of server flags and policies; store and print the results.",
+    ),
+    LazyCommand(
+        "bound",
+        "simulator.cli.bound_cmd:bound",
+        "An upper bound, often the exact optimum, on the prefix-cache hit rate any eviction policy\n"
+        "reaches on --trace (batch 1, file order, device pools).",
+    ),
+    LazyCommand(
+        "plan",
+        "simulator.cli.plan_cmd:plan",
+        "The cheapest GPU KV memory (and host RAM) meeting every SLO on TRACE: SGLang launch flags and why.",
+    ),
+    LazyCommand(
+        "report",
+        "simulator.cli.report_cmd:report",
+        "Write SOURCE's report to --out: heatmaps, hit rate against capacity with the optimal bound,\n"
+        "token usage over time, Pareto frontiers, the top configurations and the launch flags.",
+    ),
+    LazyCommand(
+        "step-replay",
+        "simulator.cli.step_replay_cmd:step_replay",
+        "Replay WORKLOAD one scheduler pass per step, as ``drive_scheduler.py`` replays it in SGLang.",
+    ),
+    LazyCommand(
+        "gpu-replay",
+        "simulator.cli.gpu_replay_cmd:gpu_replay",
+        "Replay OPS step by step on the pools of one TP rank; time each step's memory operations.",
+    ),
+    LazyCommand("trace", "simulator.cli.trace_cmd:app", "Inspect and convert traces."),
+    LazyCommand(
+        "ops", "simulator.cli.ops_cmd:app", "Inspect memory-operation logs (kvplan run --record-ops)."
+    ),
 )
 
 
-class OneLineErrors(typer.core.TyperGroup):
+class OneLineErrors(LazyGroup):
     """The ``kvplan`` group, printing a malformed command line (unknown option, bad choice, value
     of the wrong type) as one ``kvplan: error:`` line with the help hint, exit status 2 (click's
     usage error), instead of a multi-line panel: the same shape as every other kvplan error."""
+
+    lazy_commands = COMMANDS
 
     def invoke(self, ctx: typer.Context) -> Any:
         try:
@@ -48,17 +104,12 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-app.add_typer(trace_cmd.app, name="trace")
-app.add_typer(ops_cmd.app, name="ops")
-app.command("pools")(pools_cmd.pools)
-app.command("cache-replay")(cache_replay_cmd.cache_replay)
-app.command("demo")(demo_cmd.demo)
-app.command("run")(run_cmd.run)
-app.command("bench-multiturn")(bench_multiturn_cmd.bench_multiturn)
-app.command("sweep")(sweep_cmd.sweep)
-app.command("bound")(bound_cmd.bound)
-app.command("step-replay")(step_replay_cmd.step_replay)
-app.command("gpu-replay")(gpu_replay_cmd.gpu_replay)
+
+
+@app.callback()
+def _kvplan() -> None:
+    """The group itself does nothing; its subcommands are in ``COMMANDS``."""
+
 
 if __name__ == "__main__":  # pragma: no cover
     app()

@@ -25,7 +25,9 @@ def stats(
     """Steps, records and pages by kind, page traffic and peak pool usage of one op log."""
     summary = op_log_stats(read_op_log(ops))
     if as_json:
-        print_json(summary)
+        from simulator.provenance import provenance
+
+        print_json({**summary, "provenance": provenance()})
         return
     table = Table(title=f"op log {ops}", show_header=False)
     for key, value in summary.items():

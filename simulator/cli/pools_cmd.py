@@ -20,6 +20,7 @@ from simulator.engine.config import SimConfig
 from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
 from simulator.pool_sizing import GIB, PoolSizes
 from simulator.server_args import KV_CACHE_DTYPES
+from simulator.sglang_bugs import warn_if_sglang_misbehaves
 
 
 @user_errors_exit
@@ -55,11 +56,19 @@ def pools(
         disable_hybrid_swa_memory=disable_hybrid_swa_memory,
         attention_backend=attention_backend,
     )
+    resolved = sizes.server_args
+    if resolved is not None:
+        warn_if_sglang_misbehaves(
+            sizes.swa_tokens, resolved.chunked_prefill_size, sizes.page_size, sizes.hybrid_swa
+        )
     if as_json:
         out = sizes.to_dict()
         out["gpu"] = None if sizes.memory is None else sizes.memory.gpu
         if hicache.enabled:
             out["hicache"] = hicache_summary(sizes, hicache)
+        from simulator.provenance import provenance
+
+        out["provenance"] = provenance(profile_path=config.profile)
         print_json(out)
     else:
         _print_table(sizes)

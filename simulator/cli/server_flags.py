@@ -9,8 +9,8 @@ field -> value), in the manner of sqlite-utils' shared option decorators.
 
 Adding a server flag: a SimConfig field, plus one row here. HiCache's flags are the fields of
 :class:`simulator.hicache_args.HiCacheArgs` (``group="hicache"``): the command receives them as one
-``server["hicache"]`` value. Served runs (``run``, ``bench-multiturn``, ``demo``) accept and check
-them but refuse an enabled HiCache until the engine serves it (:data:`HICACHE_IN_SERVED_RUNS`).
+``server["hicache"]`` value. Served runs (``run``, ``bench-multiturn``, ``demo``) serve an enabled
+HiCache (:data:`HICACHE_IN_SERVED_RUNS`, ``simulator/engine/hicache_steps.py``).
 """
 
 from __future__ import annotations
@@ -351,9 +351,8 @@ HICACHE_FLAGS = tuple(f.field for f in SERVER_FLAGS if f.group == "hicache")
 POOL_FLAGS = (*POOL_FLAGS, *HICACHE_FLAGS)
 ALL_FLAGS = tuple(f.field for f in SERVER_FLAGS)
 
-# Served runs take HiCache's flags and refuse an enabled HiCache until the engine serves it
-# (issue 10's engine integration flips this).
-HICACHE_IN_SERVED_RUNS = False
+# Served runs serve HiCache (simulator/engine/hicache_steps.py, issue 10's engine integration).
+HICACHE_IN_SERVED_RUNS = True
 # A command is a served run when it takes a serving-only flag.
 _SERVED_MARK = "schedule_policy"
 

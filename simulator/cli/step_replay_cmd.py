@@ -13,6 +13,7 @@ from simulator.cli.common import user_errors_exit
 from simulator.engine.step_replay import run_lines
 from simulator.engine.step_workload import StepKnobs, read_rows
 from simulator.errors import ConfigError
+from simulator.sglang_bugs import swa_double_chunk_condition
 
 _D = StepKnobs()
 
@@ -68,14 +69,25 @@ def step_replay(
         queue_head=queue_head,
     )  # fmt: skip
     lines = run_lines(read_rows(workload), knobs)
+    run = lines[-1]
     if as_json:
         for line in lines:
             typer.echo(json.dumps(line))
-        return
-    run = lines[-1]
-    c = run["counts"]
-    typer.echo(
-        f"{run['steps']} steps ({c['prefill_steps']} prefill, {c['decode_steps']} decode, "
-        f"{c['idle_steps']} idle), "
-        f"{c['finishes']}/{c['arrivals']} finished, {c['retractions']} retractions, {run['loop']}"
-    )
+    else:
+        c = run["counts"]
+        typer.echo(
+            f"{run['steps']} steps ({c['prefill_steps']} prefill, {c['decode_steps']} decode, "
+            f"{c['idle_steps']} idle), "
+            f"{c['finishes']}/{c['arrivals']} finished, {c['retractions']} retractions, {run['loop']}"
+        )
+    crash = run.get("crashed")
+    if crash is not None:  # the oracle exits 1 where SGLang's loop dies
+        why = (
+            "SGLang 0.5.23's SWA allocator asserts there too: its SWA pool is at most one chunk plus a page"
+            if swa_double_chunk_condition(
+                knobs.swa_pool or 0, knobs.chunked_prefill_size, page_size, not no_swa
+            )
+            else "kvplan's allocator check; SGLang has no known crash for this configuration"
+        )
+        typer.echo(f"kvplan: step-replay stopped at step {crash['step']}: {crash['error']} ({why})", err=True)
+        raise typer.Exit(1)

@@ -125,9 +125,12 @@ def stats(
     continuation: ContOpt = "reuse-output",
 ) -> None:
     """Requests, arrivals, lengths, sessions, distinct pages and the infinite-cache prefix hit rate."""
-    s = trace_stats(_load(trace, fmt, block_size, continuation), page_size)
+    loaded = _load(trace, fmt, block_size, continuation)
+    s = trace_stats(loaded, page_size)
     if as_json:
-        print_json(s)
+        from simulator.provenance import provenance
+
+        print_json({**s, "provenance": provenance(loaded)})
     else:
         _print_stats(s)
 

@@ -56,6 +56,17 @@ class CostCoefficients:
     prefill_step_overhead_s: float = 1e-3
     prefill_layer_overhead_s: float = 30e-6
     prefill_per_request_s: float = 20e-6
+    # Step-shape terms fitted from measured steps (docs/cost-model.md, "Beyond the roofline"); the
+    # defaults leave the plain roofline. ``*_unhidden_fraction``: the share of the shorter of a
+    # group's FLOP and byte times not hidden under the longer one (0 = max, the roofline; 1 = the
+    # sum), which rounds the roofline's corner where a grouped GEMM turns from memory- to
+    # compute-bound (prefill of 1k-4k tokens). ``moe_flops_half_tokens``: the token count at which
+    # the MoE GEMMs reach half their FLOP efficiency (0 = always full). The attention term applies
+    # to prefill only (decode attention is priced by ``decode_terms``' closed form).
+    dense_unhidden_fraction: float = 0.0
+    moe_unhidden_fraction: float = 0.0
+    prefill_attention_unhidden_fraction: float = 0.0
+    moe_flops_half_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -66,6 +77,8 @@ class CostCoefficients:
                 raise ConfigError(f"cost coefficient {f.name} must be a finite number, got {v!r}")
             if v < 0:
                 raise ConfigError(f"cost coefficient {f.name} must be >= 0, got {v}")
+            if f.name.endswith("_unhidden_fraction") and v > 1:
+                raise ConfigError(f"cost coefficient {f.name} must lie in [0, 1], got {v}")
             if f.name.endswith("_efficiency") and not 0 < v <= 1.5:
                 raise ConfigError(f"cost coefficient {f.name} must lie in (0, 1.5], got {v}")
             if f.name in ("peak_tflops", "hbm_bandwidth_gbps", "allreduce_bus_gbps") and v <= 0:

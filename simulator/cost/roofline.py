@@ -85,6 +85,11 @@ class _Rates:
     allreduce_count: float
     allreduce_latency: float
     allreduce_s_per_token: float
+    # step-shape terms beyond the roofline (0 = off: the plain roofline)
+    dense_unhidden: float
+    moe_unhidden: float
+    prefill_attn_unhidden: float
+    moe_half_tokens: float
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +147,10 @@ class CostModel:
                 if tp > 1
                 else 0.0
             ),
+            dense_unhidden=c.dense_unhidden_fraction,
+            moe_unhidden=c.moe_unhidden_fraction,
+            prefill_attn_unhidden=c.prefill_attention_unhidden_fraction,
+            moe_half_tokens=c.moe_flops_half_tokens,
         )
         object.__setattr__(self, "_r", rates)
 
@@ -199,17 +208,27 @@ class CostModel:
     # ---- the roofline --------------------------------------------------------------------------
 
     def _linear_parts(self, tokens: float, requests: float) -> tuple[float, float]:
-        """(dense, moe) seconds for a forward of ``tokens`` tokens from ``requests`` requests."""
+        """(dense, moe) seconds for a forward of ``tokens`` tokens from ``requests`` requests.
+
+        Each group costs ``max(compute, memory)``, plus ``unhidden x min(compute, memory)`` when a
+        profile sets the group's unhidden fraction; the MoE's FLOP time is that of ``tokens +
+        moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n)."""
         r = self._r
-        dense = max(
-            (r.dense_flops_per_token * tokens + r.lm_head_flops_per_request * requests) / r.dense_flops_rate,
-            r.dense_bytes / r.weight_bw,
-        )
+        dense_c = (
+            r.dense_flops_per_token * tokens + r.lm_head_flops_per_request * requests
+        ) / r.dense_flops_rate
+        dense_m = r.dense_bytes / r.weight_bw
+        dense = max(dense_c, dense_m)
+        if r.dense_unhidden:
+            dense += r.dense_unhidden * min(dense_c, dense_m)
         if r.num_experts:
             touched = r.num_experts * (1.0 - r.miss_per_token**tokens)
-            moe = max(
-                r.moe_flops_per_token * tokens / r.moe_flops_rate, touched * r.expert_bytes / r.weight_bw
-            )
+            n = tokens + r.moe_half_tokens if r.moe_half_tokens else tokens
+            moe_c = r.moe_flops_per_token * n / r.moe_flops_rate
+            moe_m = touched * r.expert_bytes / r.weight_bw
+            moe = max(moe_c, moe_m)
+            if r.moe_unhidden:
+                moe += r.moe_unhidden * min(moe_c, moe_m)
         else:
             moe = 0.0
         return dense, moe
@@ -248,6 +267,26 @@ class CostModel:
             (swa_read + written) * r.swa_kv_bytes / r.kv_bw,
         )
         return attn_full, attn_swa
+
+    def _attention_unhidden(
+        self,
+        attn_full: float,
+        attn_swa: float,
+        full_pairs: float,
+        swa_pairs: float,
+        full_read: float,
+        swa_read: float,
+        written: float,
+    ) -> tuple[float, float]:
+        """Prefill attention plus its unhidden share: ``+ f x min(FLOP time, KV time)`` per kind
+        (FlashAttention's prefill overlaps the KV reads with the tiles' math only in part)."""
+        r = self._r
+        f = r.prefill_attn_unhidden
+        full_c = full_pairs * r.full_flops_per_pair / r.attn_flops_rate
+        full_m = (full_read + written) * r.full_kv_bytes / r.kv_bw
+        swa_c = swa_pairs * r.swa_flops_per_pair / r.attn_flops_rate
+        swa_m = (swa_read + written) * r.swa_kv_bytes / r.kv_bw
+        return attn_full + f * min(full_c, full_m), attn_swa + f * min(swa_c, swa_m)
 
     def _decode_parts(self, bs: int, full_ctx: Any, swa_ctx: Any) -> tuple[Any, ...]:
         n = float(bs)
@@ -365,6 +404,10 @@ class CostModel:
         dense, moe = self._linear_parts(tokens, requests)
         # Prefill reads the prefix KV and the new tokens' KV, and writes the new tokens' KV.
         attn_full, attn_swa = self._attention_parts(full_pairs, swa_pairs, full_read, swa_read, tokens)
+        if self._r.prefill_attn_unhidden:
+            attn_full, attn_swa = self._attention_unhidden(
+                attn_full, attn_swa, full_pairs, swa_pairs, full_read, swa_read, tokens
+            )
         allreduce, overhead = self._fixed_parts(tokens, requests, "prefill")
         return dense, moe, attn_full, attn_swa, allreduce, overhead
 

@@ -64,8 +64,8 @@ def bench_summary(
     finished = float(finish[returned].max()) if returned.any() else start
     duration = finished - start
     n_ok = int(ok.sum())
-    full_usage = dec["full_token_usage"].astype(np.float64)
-    swa_usage = dec["swa_token_usage"].astype(np.float64)
+    full_usage = dec["full_token_usage"].astype(np.float64, copy=False)
+    swa_usage = dec["swa_token_usage"].astype(np.float64, copy=False)
 
     def per_s(x: float) -> float:
         return x / duration if duration > 0 else 0.0
@@ -128,10 +128,12 @@ def per_round(
     ttft, latency = req["ttft_s"], req["latency_s"]
     # decode steps grouped by round; a stable sort keeps each round's steps in step order
     dec_round = dec["round"]
-    order = np.argsort(dec_round, kind="stable")
-    full_usage = dec["full_token_usage"].astype(np.float64)[order]
-    swa_usage = dec["swa_token_usage"].astype(np.float64)[order]
-    sorted_round = dec_round[order]
+    full_usage = dec["full_token_usage"].astype(np.float64, copy=False)
+    swa_usage = dec["swa_token_usage"].astype(np.float64, copy=False)
+    sorted_round = dec_round
+    if len(dec_round) > 1 and bool((dec_round[1:] < dec_round[:-1]).any()):  # else the sort is the identity
+        order = np.argsort(dec_round, kind="stable")
+        full_usage, swa_usage, sorted_round = full_usage[order], swa_usage[order], dec_round[order]
     result = []
     for r in range(int(rounds[real].max()) + 1):
         sel = ok & (rounds == r)

@@ -85,7 +85,7 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
         isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
     )
     ignore_eos = isinstance(trace.closed_loop, BenchMultiturnLoop)
-    return [
+    reqs = [
         SimRequest(
             rid=rids[i],
             pages=ids[offsets[i] : offsets[i + 1]] if rows is None else LazyPages(rows, i),
@@ -99,6 +99,21 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
         )
         for i in range(len(rids))
     ]
+    if "max_new_tokens" in req.columns:
+        _client_values(req, reqs)
+    return reqs
+
+
+def _client_values(req, reqs: list[SimRequest]) -> None:
+    """The trace's client columns (``traces.schema.CLIENT_COLUMNS``): a request's own
+    ``max_new_tokens`` and ``ignore_eos``, where it sends them, as its client would."""
+    max_new = req["max_new_tokens"].astype(object).where(req["max_new_tokens"].notna(), None).tolist()
+    eos = req["ignore_eos"].astype(object).where(req["ignore_eos"].notna(), None).tolist()
+    for r, m, e in zip(reqs, max_new, eos, strict=True):
+        if m is not None:
+            r.max_new_tokens = int(m)
+        if e is not None:
+            r.ignore_eos, r.eos_stated = bool(e), True
 
 
 def client_mode(trace: Trace, cfg: SimConfig) -> str:

@@ -25,6 +25,9 @@ class JumpSegment:
 
     At step ``s`` of the segment ``#full token = full_base + page * (pages opened in [first, s])``
     and ``#swa token = swa_base + page * (opened - freed by decode eviction in [first, s])``.
+    The log reads usage after a step's results are processed, so the segment's last step also
+    counts the releases of the requests that finish there: ``full_released`` / ``swa_released``
+    (what those releases changed the counts by, <= 0).
     """
 
     first: int
@@ -32,6 +35,8 @@ class JumpSegment:
     batch: list[SimRequest]
     full_base: int
     swa_base: int
+    full_released: int = 0
+    swa_released: int = 0
 
 
 @dataclass(slots=True)
@@ -93,6 +98,7 @@ class JumpColumns:
         self._opens: list[int] = []  # the step of each page opened
         self._frees: list[int] = []  # per decode-eviction free: step, SWA pages
         self._segs: list[int] = []  # per segment: first step, steps, full_base, swa_base, page
+        self._released: list[int] = []  # per segment ending in releases: last step, full, swa
 
     def add(self, jump: DecodeJump) -> None:
         g, m = self.steps, jump.steps
@@ -108,6 +114,8 @@ class JumpColumns:
         segs, p = self._segs, jump.page_size
         for seg in jump.segments:
             segs += (g + seg.first, seg.end - seg.first, seg.full_base, seg.swa_base, p)
+            if seg.full_released or seg.swa_released:
+                self._released += (g + seg.end - 1, seg.full_released, seg.swa_released)
         self.steps = g + m
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -138,4 +146,8 @@ class JumpColumns:
         grown = page * (opened - np.repeat(opened_before, slen))
         full = np.repeat(segs[:, 2], slen) + grown
         swa = np.repeat(segs[:, 3], slen) + grown - page * (freed - np.repeat(freed_before, slen))
+        if self._released:  # a segment's last step is read after its finishers' releases
+            rel = np.array(self._released, dtype=np.int64).reshape(-1, 3)
+            full[rel[:, 0]] += rel[:, 1]
+            swa[rel[:, 0]] += rel[:, 2]
         return times, full, swa

@@ -198,6 +198,7 @@ class FastForwardMixin:
         seqs = [r.kv_allocated_len for r in batch]
         last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
         arrival = self._next_arrival if self._next_arrival > now else math.inf
+        arrival = min(arrival, self._jump_deadline)  # HiCache: end before the next transfer ack
         segments, clock = self._price_jump(seqs, last, k, now, arrival)
         m = clock.steps
         if arrival < clock.last_end:
@@ -307,7 +308,8 @@ class FastForwardMixin:
                 freed = sum(pages for x, pages in frees if x < a)
                 full_base = bulk[0] + offset_full + opened * p
                 swa_base = bulk[1] + offset_swa + (opened - freed) * p
-            recorded.append(JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base))
+            seg = JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base)
+            recorded.append(seg)
             # members that produce their last token at this segment's last step
             done_now = [
                 r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
@@ -319,8 +321,10 @@ class FastForwardMixin:
                     self._complete(r, math.nan, notify=False)
                 self.cache.free_group_end()
                 after = self.cache.used_tokens()
-                offset_full += after[0] - before[0]
-                offset_swa += after[1] - before[1]
+                seg.full_released = after[0] - before[0]
+                seg.swa_released = after[1] - before[1]
+                offset_full += seg.full_released
+                offset_swa += seg.swa_released
         # requests that arrived during the last step are in the queue it reports
         self.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(self.waiting)))
         self.forward_ct = forward0 + m

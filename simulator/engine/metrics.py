@@ -21,10 +21,9 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from itertools import chain
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import numpy as np
-import pandas as pd
 
 from simulator.engine.bench_summary import bench_percentile, bench_summary, latency_stats
 from simulator.engine.config import SimConfig
@@ -32,6 +31,11 @@ from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.outputs import write_tables
 from simulator.engine.request import SimRequest
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from simulator.engine.frames import RunColumns
 
 __all__ = [
     "DECODE_FRAME_COLUMNS",
@@ -158,6 +162,7 @@ class Recorder(ServerObserver):
         self.capacity: PoolCapacity | None = None
         self.server_config: dict = {}
         self.counters: dict = {}
+        self.hicache = None  # HiCache runs: simulator.engine.hicache_report.HiCacheReport
         self.end_s: float = math.nan
         self._reqs: dict[SimRequest, None] = {}  # the requests seen, in first-seen order
         self._finished = 0
@@ -285,6 +290,9 @@ class Recorder(ServerObserver):
     def on_retract(self, t: float, reqs: list[SimRequest], ratio_before: float, ratio_after: float) -> None:
         self._retract.append((t, len(reqs), ratio_before, ratio_after))
 
+    def on_hicache(self, report) -> None:
+        self.hicache = report
+
     def on_end(self, t: float, counters: dict) -> None:
         self.end_s = float(t)
         self.counters = dict(counters)
@@ -337,15 +345,29 @@ class Recorder(ServerObserver):
 
     def frames(self) -> dict[str, pd.DataFrame]:
         """``requests``, ``decode_steps``, ``prefill_batches`` and ``retractions`` as DataFrames."""
-        return {
-            "requests": self._requests_frame(),
-            "decode_steps": self._decode_frame(),
-            "prefill_batches": self._prefill_frame(),
-            "retractions": pd.DataFrame(self._retract, columns=list(RETRACT_FRAME_COLUMNS)),
-        }
+        from simulator.engine.frames import build_frames
 
-    def _requests_frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self._request_columns(), columns=list(REQUEST_FRAME_COLUMNS))
+        return build_frames(self.columns())
+
+    def columns(self) -> RunColumns:
+        """The frames' columns as plain arrays (:mod:`simulator.engine.frames`): what the summary
+        reads, and what the frames are built from when someone asks for them."""
+        from simulator.engine.frames import RunColumns
+
+        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
+        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
+        used = {c: rows[:, _PREFILL_NAMES.index(c)].astype(np.int64).astype(np.float64) for c in _USED}
+        return RunColumns(
+            requests=self._request_columns(),
+            decode_steps=self._decode_columns(),
+            decode_empty=not self._d_chunks,
+            prefill_rows=rows,
+            prefill_usage=(
+                self._usage(used["full_token"], "full_tokens"),
+                self._usage(used["swa_token"], "swa_tokens"),
+            ),
+            retractions=list(self._retract),
+        )
 
     def _request_columns(self) -> dict[str, Any]:
         """The requests frame's columns as arrays (the summary reads these, no DataFrame)."""
@@ -401,11 +423,6 @@ class Recorder(ServerObserver):
         self._d_arrays = (len(chunks), out)
         return out
 
-    def _decode_frame(self) -> pd.DataFrame:
-        if not self._d_chunks:
-            return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
-        return pd.DataFrame(self._decode_columns(), columns=list(DECODE_FRAME_COLUMNS))
-
     def _decode_columns(self) -> dict[str, np.ndarray]:
         """The decode-steps frame's columns as arrays (the summary reads these, no DataFrame)."""
         if not self._d_chunks:
@@ -427,22 +444,14 @@ class Recorder(ServerObserver):
             "round_share": np.repeat(const[:, 4], reps),
         }
 
-    def _prefill_frame(self) -> pd.DataFrame:
-        cols = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
-        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
-        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
-        raw = pd.DataFrame(
-            {c: rows[:, j].astype(np.float64 if c.startswith("t_") else np.int64) for j, c in enumerate(cols)}
-        )
-        raw["full_token_usage"] = self._usage(raw["full_token"].to_numpy(np.float64), "full_tokens")
-        raw["swa_token_usage"] = self._usage(raw["swa_token"].to_numpy(np.float64), "swa_tokens")
-        return raw[list(PREFILL_FRAME_COLUMNS)]
-
-    def summary(self) -> dict[str, Any]:
-        """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None)."""
+    def summary(self, columns: RunColumns | None = None) -> dict[str, Any]:
+        """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None);
+        from ``columns`` when given (a :meth:`columns` taken at the end of the run)."""
+        req = self._request_columns() if columns is None else columns.requests
+        dec = self._decode_columns() if columns is None else columns.decode_steps
         return bench_summary(
-            self._request_columns(),
-            self._decode_columns(),
+            req,
+            dec,
             prefill_batches=self._n_prefill_packed + len(self._prefill),
             retractions=self._retract,
             capacity=self.capacity,
@@ -451,34 +460,39 @@ class Recorder(ServerObserver):
             request_rate=self.request_rate,
         )
 
-    def failures(self) -> dict[str, Any]:
+    def failures(self, columns: RunColumns | None = None) -> dict[str, Any]:
         """Rejected and aborted requests by reason (:func:`failures.failure_report`)."""
         from simulator.engine.failures import failure_report
 
-        return failure_report(self._request_columns())
+        return failure_report(self._request_columns() if columns is None else columns.requests)
 
-    def report_summary(self, client_mode: str | None = None) -> dict[str, Any]:
+    def report_summary(
+        self, client_mode: str | None = None, columns: RunColumns | None = None
+    ) -> dict[str, Any]:
         """What a run reports: :meth:`summary` plus the failure report, and the ``client_mode``
         that sent the requests when given (the report's "Total requests" line names it).
 
         :meth:`summary` and :meth:`frames` keep bench_multiturn's layout, which
         ``benchmarks/compare_runs.py`` compares key by key across checkouts.
         """
-        out = {**self.summary(), **self.failures()}
+        if columns is None:
+            columns = self.columns()
+        out = {**self.summary(columns), **self.failures(columns)}
         if client_mode is not None:
             out["client_mode"] = client_mode
+        if self.hicache is not None:
+            out["hicache"] = self.hicache.summary()
         return out
 
     def report_frames(self) -> dict[str, pd.DataFrame]:
         """:meth:`frames` with the requests frame's ``rejected`` and ``truncated`` columns
         (after ``aborted``)."""
-        frames = self.frames()
-        requests = frames["requests"]
-        reqs = self._reqs
-        rejected = np.array([r.rejected for r in reqs], dtype=bool)
-        requests.insert(requests.columns.get_loc("aborted") + 1, "rejected", rejected)
-        truncated = np.array([r.truncated for r in reqs], dtype=bool)
-        requests.insert(requests.columns.get_loc("rejected") + 1, "truncated", truncated)
+        from simulator.engine.frames import build_frames
+
+        frames = build_frames(self.columns(), report=True)
+        if self.hicache is not None:
+            self.hicache.add_request_columns(frames["requests"], list(self._reqs))
+            frames.update(self.hicache.frames())
         return frames
 
     def write_outputs(self, out_dir: str | Path, client_mode: str | None = None) -> list[Path]:
@@ -488,10 +502,17 @@ class Recorder(ServerObserver):
         Each file is written under a temporary name in ``out_dir`` and renamed into place, so a
         reader never sees a half-written file. Returns the paths written.
         """
-        return write_tables(out_dir, self.report_frames(), self.report_summary(client_mode))
+        from simulator.engine.frames import build_frames
+
+        columns = self.columns()
+        return write_tables(
+            out_dir, build_frames(columns, report=True), self.report_summary(client_mode, columns)
+        )
 
 
-_PREFILL_FIELDS = len(PREFILL_FRAME_COLUMNS) - 2  # the two usage columns are computed
+_PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
+_PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
+_USED = ("full_token", "swa_token")
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 
 _DECODE_DTYPES = {

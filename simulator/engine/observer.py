@@ -79,5 +79,9 @@ class ServerObserver:
     def on_retract(self, t: float, reqs: list[SimRequest], ratio_before: float, ratio_after: float) -> None:
         """Decode retraction: ``reqs`` went back to the waiting queue."""
 
+    def on_hicache(self, report) -> None:
+        """HiCache runs only, before :meth:`on_end`: the run's
+        :class:`~simulator.engine.hicache_report.HiCacheReport`."""
+
     def on_end(self, t: float, counters: dict) -> None:
         """After the last event; ``counters`` holds tree/eviction totals."""

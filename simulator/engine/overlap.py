@@ -57,8 +57,8 @@ class OverlapMixin(OverlapJumpMixin):
             elif self.running:
                 plan = self._overlap_jump_plan(pending)
                 if plan is not None:  # passes of quiet decode steps at once
-                    reqs, t0, t1, usage = yield from self._overlap_fast_forward(pending, plan)
-                    pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, usage)
+                    reqs, t0, t1 = yield from self._overlap_fast_forward(pending, plan)
+                    pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, ())
                     continue
                 launched = self._launch_decode(start)
             if pending is not None:
@@ -83,13 +83,12 @@ class OverlapMixin(OverlapJumpMixin):
             return None
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
-        full_used, swa_used = self.cache.used_tokens()
         # the scheduler merges the prefilled requests into the next decode batch right away
         self._prefill_joins(batch)
         for r in batch:
             if r is not self.chunked:
                 self.running.append(r)
-        info = (sum(ext), cached_before, full_used, swa_used, len(self.running), len(self.waiting))
+        info = (sum(ext), cached_before, len(self.running), len(self.waiting))
         launched = _Launched("prefill", batch, [r.gen for r in batch], start, start + dur, info)
         launched.chunk = self.chunked if self.chunked in batch else None
         return launched
@@ -102,13 +101,11 @@ class OverlapMixin(OverlapJumpMixin):
         batch = self._prepare_decode()
         if batch is None:
             return None
-        full_used, swa_used = self.cache.used_tokens()
         seqs = [r.kv_allocated_len for r in batch]
         dur = self.cost.decode_time(len(batch), sum(seqs), sum(min(x, self.window) for x in seqs))
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         batch = list(batch)
-        info = (full_used, swa_used)
-        return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, info)
+        return _Launched("decode", batch, [r.gen for r in batch], start, start + dur, ())
 
     def _skip_finishing_inflight(self) -> bool:
         """``Scheduler.update_running_batch`` under overlap (``_reqs_finishing_inflight``): the
@@ -147,18 +144,6 @@ class OverlapMixin(OverlapJumpMixin):
             if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
         ]
         if launched.kind == "prefill":
-            ext, cached, full_used, swa_used, running, queue = launched.info
-            self.obs.on_prefill_batch(
-                launched.start,
-                t1,
-                [r.sim for r in launched.reqs],
-                ext,
-                cached,
-                full_used,
-                swa_used,
-                running,
-                queue,
-            )
             self.cache.free_group_begin()
             for r in live:
                 # a chunk (checkpointed when it was stashed); its next chunk may already have
@@ -177,23 +162,33 @@ class OverlapMixin(OverlapJumpMixin):
                     r.prefix_len = r.extend_end
             self.cache.free_group_end()
         else:
-            full_used, swa_used = launched.info
             self.overlap_extra_slots += len(launched.reqs) - len(live)
             self.decode_steps += 1
-            self.obs.on_decode_steps(
-                np.array([t1]),
-                [r.sim for r in launched.reqs],
-                np.array([full_used]),
-                np.array([swa_used]),
-                len(self.waiting),
-            )
             self.cache.free_group_begin()
             for r in live:
                 r.num_outputs += 1
                 if r.num_outputs >= r.output_len:
                     self._finish_overlap(r, t1)
             self.cache.free_group_end()
+        self._report_launched(launched)
         self._check()
+
+    def _report_launched(self, launched: _Launched) -> None:
+        """The batch's log record, with usage read after its results are processed, as the
+        logs do (``process_batch_result_prefill`` / ``_decode`` -> ``report_prefill_stats`` /
+        ``report_decode_stats``, batch_result_processor.py): under overlap that is after the
+        next batch was launched and allocated."""
+        full_used, swa_used = self.cache.used_tokens()
+        sims = [r.sim for r in launched.reqs]
+        if launched.kind == "prefill":
+            ext, cached, running, queue = launched.info
+            self.obs.on_prefill_batch(
+                launched.start, launched.end, sims, ext, cached, full_used, swa_used, running, queue
+            )
+        else:
+            self.obs.on_decode_steps(
+                np.array([launched.end]), sims, np.array([full_used]), np.array([swa_used]), len(self.waiting)
+            )
 
     def _finish_overlap(self, r: ServerReq, t: float, notify: bool = True) -> None:
         """Release a request whose finish the step-late result revealed. One that stopped at EOS

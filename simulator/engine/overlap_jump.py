@@ -10,8 +10,8 @@ passes ``0 .. m-1``: it launches steps ``0 .. m-1`` and processes steps ``-1 .. 
   (its allocation made), before step ``R_i + 1``;
 * one finishing by length left step ``R_i``'s batch (``_reqs_finishing_inflight``); one that
   stopped at EOS is in it, an extra slot (``overlap_extra_decode_slots``);
-* a step's pool usage is read at its launch, so it still counts the requests the pass will
-  release afterwards;
+* a step's pool usage is read when its result is processed (rule 8): in the next pass, after
+  the next step's launch and that pass's releases;
 * a window-eviction policy sees ``num_outputs`` one step behind (``seqlen`` lags the forward).
 
 The jump never reaches a step where decode memory could run short, so the skip-on-shortfall
@@ -114,7 +114,7 @@ class OverlapJumpMixin:
     def _overlap_fast_forward(self, pending, plan: _Plan):
         """Stand for passes ``0 .. m-1`` at once (``m <= plan.k``), stopping early if a request
         arrives: the pass that would see it is the loop's. Returns the step left in flight as
-        ``(reqs, start, end, (#full token, #swa token))``."""
+        ``(reqs, start, end)``."""
         batch, R, n = plan.batch, plan.R, plan.n
         now = self.env.now
         start = pending.end
@@ -142,25 +142,18 @@ class OverlapJumpMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        sample = self._apply_overlap_jump(pending, plan, segments, lag, m)
+        self._apply_overlap_jump(pending, plan, segments, lag, m)
         self._overlap_jump_flags(plan, m)
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
         self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
-        return left, lag.end(m - 2), clock.end(m - 1), sample
+        return left, lag.end(m - 2), clock.end(m - 1)
 
-    def _record_in_flight(self, pending, m: int) -> None:
-        """Pass 0 processes the decode step that was in flight: its record (its finishes are
-        released with the jump's, after step 0's memory operations)."""
-        full_used, swa_used = pending.info
+    def _count_in_flight(self, pending) -> None:
+        """Pass 0 processes the decode step that was in flight: its counters (its record comes
+        with the jump's, read after pass 0's launch and releases; its finishes are released
+        with the jump's, after step 0's memory operations)."""
         self.overlap_extra_slots += len(pending.reqs) - len(self.running)
         self.decode_steps += 1
-        self.obs.on_decode_steps(
-            np.array([pending.end]),
-            [r.sim for r in pending.reqs],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting) if m == 1 else 0,
-        )
 
     def _prefill_pass_zero(self, pending, plan: _Plan, members: list[int]) -> tuple:
         """Pass 0 with a prefill batch in flight: step 0's memory operations, then the batch's
@@ -184,39 +177,46 @@ class OverlapJumpMixin:
             r.num_outputs = o + g  # as step 1 sees it
         return step0
 
-    def _apply_overlap_jump(self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int) -> tuple:
+    def _apply_overlap_jump(self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int) -> None:
         """The cache side of passes ``0 .. m-1`` in their order: each step's allocations and
-        window frees, the results a pass processes after launching its step; the report of
-        steps ``0 .. m-2`` (:class:`DecodeJump`). Returns step ``m - 1``'s usage at launch."""
+        window frees, the results a pass processes after launching its step; the records of the
+        steps whose results those passes process (:class:`DecodeJump`), usage read as rule 8
+        reads it (after the next step's launch and the pass's releases)."""
         batch, R, n = plan.batch, plan.R, plan.n
         p = self.page_size
         forward0 = self.forward_ct
         recorded: list[JumpSegment] = []
         if pending.kind == "decode":
-            self._record_in_flight(pending, m)
-            first, opens, frees = 0, [], []
+            self._count_in_flight(pending)
+            first, opens, frees, prev = 0, [], [], None
         else:
             members0 = segments[0][2]
-            full0, swa0, opens, frees = self._prefill_pass_zero(pending, plan, members0)
+            _, _, opens, frees = self._prefill_pass_zero(pending, plan, members0)
             first, opens, frees = 1, list(opens), list(frees)
-            sample = _usage_at(0, 0, full0, swa0, opens, frees, p)
-            if m > 1:
-                recorded.append(JumpSegment(0, 1, [batch[i].sim for i in members0], full0, swa0))
+            prev = [batch[i].sim for i in members0]
+        head = None
         if m > first:
-            sample = self._jump_steps(plan, segments, m, first, forward0, opens, frees, recorded)
+            head = self._jump_steps(plan, segments, m, first, forward0, opens, frees, recorded, prev)
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
             r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
+        if head is not None:  # the in-flight step's record, read in pass 0
+            queue = len(self.waiting) if m == 1 else 0
+            sims = [r.sim for r in pending.reqs]
+            self.obs.on_decode_steps(
+                np.array([pending.end]), sims, np.array([head[0]]), np.array([head[1]]), queue
+            )
         if m > 1:
-            cut = bisect.bisect_left(opens, m - 1)
-            kept = [(x, pages) for x, pages in frees if x < m - 1]
+            # record j reads step j + 1's launch: the page events shift one step back
+            lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
+            shifted = [x - 1 for x in opens[lo:hi]]
+            kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m]
             queue = len(self.waiting)
-            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, opens[:cut], kept, recorded, queue))
+            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, shifted, kept, recorded, queue))
         self.forward_ct = forward0 + m
         self.decode_steps += m - 1
         self.ratio.on_decode_steps(m)
         # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
         self.overlap_extra_slots += sum(1 for x, k in zip(R, n, strict=True) if k > x and x <= m - 2)
-        return sample
 
     def _jump_steps(
         self,
@@ -228,10 +228,12 @@ class OverlapJumpMixin:
         opens: list[int],
         frees: list[tuple[int, int]],
         recorded: list[JumpSegment],
-    ) -> tuple[int, int]:
+        prev: list | None,
+    ) -> tuple[int, int] | None:
         """Passes ``first .. m-1``: steps ``first .. m-1`` and the releases of the finishes each
-        pass processes after launching its step. Extends ``opens`` / ``frees`` and
-        ``recorded``; returns step ``m - 1``'s usage at launch."""
+        pass processes after launching its step. Extends ``opens`` / ``frees`` and ``recorded``
+        (records ``first - 1 .. m-2``, ``prev`` the batch of step ``first - 1``; None: the
+        decode step in flight, whose ``#full`` / ``#swa token`` is returned instead)."""
         batch, R = plan.batch, plan.R
         p = self.page_size
         seqs = [r.kv_allocated_len for r in batch]
@@ -241,13 +243,13 @@ class OverlapJumpMixin:
         if bulk is not None:
             opens.extend(x + first for x in bulk[2])
             frees.extend((x + first, pages) for x, pages in bulk[3])
-        releases: dict[int, list] = {}  # pass x + 1 releases after launching step x + 1
+        releases: dict[int, list] = {}  # pass x releases after launching step x: seen from x + 1
         for r, x in zip(batch, R, strict=True):
             if first <= x < m:
                 releases.setdefault(x + 1, []).append(r)
         cuts = sorted(releases)
         offset_full = offset_swa = 0
-        sample = (0, 0)
+        stretches = []  # (u, v, sims, #full / #swa token at step u's launch less its pages, releases)
         for a, b, members in segments:
             if a >= m:
                 break
@@ -272,16 +274,12 @@ class OverlapJumpMixin:
                     freed = sum(pages for x, pages in frees if first <= x < u) if frees else 0
                     full_base = bulk[0] + offset_full + opened * p
                     swa_base = bulk[1] + offset_swa + (opened - freed) * p
-                if u < m - 1:
-                    recorded.append(JumpSegment(u, min(v, m - 1), sims, full_base, swa_base))
-                if v == m:  # step m - 1 is launched in this stretch: its usage as read then
-                    sample = _usage_at(m - 1, u, full_base, swa_base, opens, frees, p)
-                if v in releases:
-                    full_moved, swa_moved = self._release_processed(releases[v])
-                    offset_full += full_moved
-                    offset_swa += swa_moved
+                moved = self._release_processed(releases[v]) if v in releases else (0, 0)
+                offset_full += moved[0]
+                offset_swa += moved[1]
+                stretches.append((u, v, sims, full_base, swa_base, moved))
                 u = v
-        return sample
+        return _records(stretches, prev, opens, frees, p, recorded)
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
         """One pass's finishes, released in batch order in one free group (the clients heard
@@ -310,11 +308,32 @@ class OverlapJumpMixin:
         self._req_left = any(x == m - 1 for x in R)
 
 
-def _usage_at(
-    step: int, first: int, full: int, swa: int, opens: list[int], frees: list[tuple[int, int]], p: int
-) -> tuple[int, int]:
-    """``#full token`` / ``#swa token`` at ``step`` of the stretch that began at ``first``
-    with these bases (:class:`JumpSegment`'s rule)."""
-    opened = bisect.bisect_right(opens, step) - bisect.bisect_left(opens, first)
-    freed = sum(pages for x, pages in frees if first <= x <= step)
-    return full + p * opened, swa + p * (opened - freed)
+def _records(
+    stretches: list, prev: list | None, opens: list[int], frees: list[tuple[int, int]], p: int, out: list
+) -> tuple[int, int] | None:
+    """Rule 8 under overlap (``process_batch_result_decode`` -> ``report_decode_stats``,
+    batch_result_processor.py): step ``j``'s record reads usage in pass ``j + 1``, after step
+    ``j + 1``'s launch and that pass's releases. A stretch ``[u, v)`` of launches with one
+    batch and base gives records ``u-1 .. v-2`` (the last one after pass ``v - 1``'s
+    releases); record ``u - 1`` has the previous stretch's batch. With page events shifted one
+    step back (record ``j`` counts the pages of launch ``j + 1``) the segments keep
+    :class:`JumpSegment`'s rule. Appends to ``out``; returns the in-flight step's record when
+    ``prev`` is None."""
+    head = None
+    for u, v, sims, full, swa, (rel_full, rel_swa) in stretches:
+        last = v - 1 == u  # record u - 1 is the stretch's only one: it reads the releases
+        if prev is None:  # record -1, the in-flight step: launch 0 plus pass 0's releases
+            o = bisect.bisect_right(opens, 0) - bisect.bisect_left(opens, 0)
+            f = sum(pages for x, pages in frees if x == 0)
+            head = (full + p * o + (rel_full if last else 0), swa + p * (o - f) + (rel_swa if last else 0))
+        elif prev is sims:
+            out.append(JumpSegment(u - 1, v - 1, sims, full, swa, rel_full, rel_swa))
+        else:
+            rel = (rel_full, rel_swa) if last else (0, 0)
+            out.append(JumpSegment(u - 1, u, prev, full, swa, *rel))
+        if not last and (prev is None or prev is not sims):
+            o = bisect.bisect_right(opens, u) - bisect.bisect_left(opens, u)
+            f = sum(pages for x, pages in frees if x == u)
+            out.append(JumpSegment(u, v - 1, sims, full + p * o, swa + p * (o - f), rel_full, rel_swa))
+        prev = sims
+    return head

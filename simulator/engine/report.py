@@ -152,4 +152,8 @@ def format_report(summary: dict[str, Any], *, per_round: bool = True, server_met
     parts.append(format_bench_summary(summary, per_round=per_round))
     if server_metrics:
         parts.append(format_server_metrics(summary, per_round=per_round))
+    if summary.get("hicache"):
+        from simulator.engine.hicache_report import format_hicache
+
+        parts.append(format_hicache(summary["hicache"]))
     return "\n".join(parts)

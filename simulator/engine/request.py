@@ -32,6 +32,7 @@ class SimRequest:
     # the output length; a production request stops at EOS before its max_new_tokens.
     ignore_eos: bool = True
     max_new_tokens: int | None = None  # None: the output length
+    eos_stated: bool = False  # the trace records this request's ignore_eos: no flag overrides it
     # --- filled by the server -------------------------------------------------------------
     first_token_s: float = math.nan
     finish_s: float = math.nan

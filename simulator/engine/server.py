@@ -25,6 +25,9 @@ from simulator.engine.admission import PrefillAdder, calc_priority
 from simulator.engine.config import SimConfig
 from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
+from simulator.engine.hicache_admission import HiCachePrefillAdder
+from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps
+from simulator.engine.intake import IntakeMixin, client_sampling
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
 from simulator.engine.recording import RecordingMixin, unrecorded_step
@@ -39,14 +42,13 @@ from simulator.engine.server_state import (
     init_req_max_new_tokens,
 )
 from simulator.engine.step_costs import StepCosts
-from simulator.engine.truncation import auto_truncate, truncated_pages
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
 
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
 
-class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
+class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
     """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
 
     ``record_ops``: record every memory operation with page ids (``self.ops``, the
@@ -61,6 +63,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         cost_model,
         observer: ServerObserver | None = None,
         record_ops: bool = False,
+        hicache: HiCacheSetup | None = None,
     ) -> None:
         self.env = env
         self.cfg = cfg
@@ -78,14 +81,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
         self.page_size = pools.page_size
         self.window = pools.window
-        self.cache = build_controller(
-            TOMBSTONING.create(cfg.tombstone),
-            pools.full_tokens,
-            pools.swa_tokens,
-            pools.page_size,
-            pools.window,
-            EVICTION_ORDERS.create(cfg.radix_eviction_policy),
+        order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
+        # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
+        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
+        tombstone = TOMBSTONING.create(cfg.tombstone)
+        self.cache = (
+            build_controller(
+                tombstone, pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window, order
+            )
+            if self.hicache is None
+            else self.hicache.cache
         )
+        self._jump_deadline = math.inf  # HiCache: a decode jump ends before the next transfer ack
         # before the first allocation (the legacy tree refuses: ConfigError)
         self.ops = self.cache.start_recording(need_sort=False) if record_ops else None
         self._step = unrecorded_step()
@@ -138,17 +145,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
         )
         cfg = self.cfg
-        req.ignore_eos = sim.ignore_eos if cfg.ignore_eos is None else cfg.ignore_eos
-        mode = self.max_new_mode
-        if mode == "trace":  # the trace's own value, or its output length
-            max_new = sim.max_new_tokens or sim.output_len
-            # the sampling params state it when the client sets it (bench_multiturn sends its
-            # output length with ignore_eos; a trace's own column)
-            stated = sim.ignore_eos or sim.max_new_tokens is not None
-        elif mode == "context":  # none sent: init_req_max_new_tokens takes what the context leaves
-            max_new, stated = 1 << 30, False
-        else:
-            max_new, stated = mode, True
+        req.ignore_eos, max_new, stated = client_sampling(sim, cfg.ignore_eos, self.max_new_mode)
         req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
@@ -167,6 +164,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         )
         if req.max_new_tokens < req.output_len:  # finishes by length at the clipped value
             req.output_len = max(req.max_new_tokens, 1)
+        elif stated and req.ignore_eos and req.max_new_tokens > req.output_len:
+            self._run_past_eos(req)
         self.waiting.append(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
@@ -174,18 +173,6 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self._interrupt_before = -math.inf
             self.process.interrupt("arrival")
         return req.done
-
-    def _truncate(self, req: ServerReq, max_new: int | None) -> None:
-        """Cut ``req`` to fit as SGLang does (:mod:`simulator.engine.truncation`)."""
-        cut = auto_truncate(
-            req.prompt_len, req.output_len, max_new, self.pools.context_length, self.pools.full_tokens
-        )
-        req.pages = truncated_pages(req.pages, cut, self.page_size, self._fresh_key)
-        self._fresh_key -= len(req.pages)
-        req.prompt_len, req.output_len = cut.prompt_len, cut.output_len
-        req.max_new_tokens = cut.max_new_tokens
-        sim = req.sim
-        sim.prompt_len, sim.output_len, sim.truncated = cut.prompt_len, cut.output_len, True
 
     def expect_arrival(self, t: float) -> None:
         """The client's next submission will be at ``t`` (an open loop knows its send times).
@@ -233,6 +220,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         while True:
             if self.on_pass is not None:
                 self.on_pass()
+            if self.hicache is not None:  # _process_hicache_events: check_hicache_events
+                self.hicache.step_start(self.env.now)
             if self.idle:
                 self._on_idle()
                 self._wakeup = self.env.event()
@@ -244,9 +233,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 yield from self._run_prefill(batch)
             elif self.running:
                 yield from self._run_decode()
+            elif self.hicache is not None and self.hicache.next_completion() < math.inf:
+                # SGLang's loop polls check_hicache_events: an ack unlocks room
+                yield from self._await_transfer()
             else:
                 # nothing runs and the head of the queue can never be admitted
                 self._abort_unservable()
+
+    def _await_transfer(self):
+        """Nothing runs until a HiCache ack frees room: wait for it or for an arrival."""
+        self._wakeup = self.env.event()
+        yield self._wakeup | self.env.timeout(self.hicache.next_completion() - self.env.now)
+        self._wakeup = None
 
     def _on_idle(self) -> None:
         """``Scheduler.on_idle`` when ``is_fully_idle``: the new-token ratio goes back to its
@@ -335,8 +333,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
             self.batch_is_full = True
             return []
         self._calc_priority()
-        adder = PrefillAdder(
+        extra = {} if self.hicache is None else dict(steps=self.hicache)
+        adder = (PrefillAdder if self.hicache is None else HiCachePrefillAdder)(
             self.cache,
+            **extra,
             max_running=max_running,
             chunked_prefill_size=self.pools.chunked_prefill_size,
             max_prefill_tokens=self.cfg.max_prefill_tokens,
@@ -407,31 +407,24 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
         return cached_before
 
     def _run_prefill(self, batch: list[ServerReq]):
-        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked:
+        hicache = self.hicache
+        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked and hicache is None:
             yield from self._run_chunk_train(batch[0])
             return
         t0 = self.env.now
         if self.ops is not None:
             self._begin_prefill_step(batch, t0)
+        load_s = 0.0 if hicache is None else hicache.submit_loads(t0)  # ready_to_load_host_cache
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
-        full_used, swa_used = self.cache.used_tokens()
+        if hicache is not None:
+            dur = hicache.prefill_time(load_s, dur)
         yield self.env.timeout(dur)
         t1 = self.env.now
-        self.obs.on_prefill_batch(
-            t0,
-            t1,
-            [r.sim for r in batch],
-            sum(ext),
-            cached_before,
-            full_used,
-            swa_used,
-            len(self.running),
-            len(self.waiting),
-        )
+        running, queue = len(self.running), len(self.waiting)
         self._prefill_joins(batch)
         self.cache.free_group_begin()
         for r in batch:
@@ -449,6 +442,14 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 r.prefix_len = r.extend_end
                 self.running.append(r)
         self.cache.free_group_end()
+        # usage as the prefill log reads it: after the results are processed
+        # (batch_result_processor.py: process_batch_result_prefill -> report_prefill_stats)
+        full_used, swa_used = self.cache.used_tokens()
+        self.obs.on_prefill_batch(
+            t0, t1, [r.sim for r in batch], sum(ext), cached_before, full_used, swa_used, running, queue
+        )
+        if hicache is not None:
+            hicache.step_end(t1)  # flush_pending_backups
         self._check()
 
     def _prefill_joins(self, batch: list[ServerReq]) -> None:
@@ -527,27 +528,26 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
 
     def _run_decode(self):
         k = min(self._quiet_steps(), MAX_JUMP)
+        hicache = self.hicache
+        if hicache is not None and k > 1:
+            k = hicache.bound_jump(k, self.running)
+            self._jump_deadline = hicache.jump_deadline()
         if k > 1:
             yield from self._fast_forward(k)
+            if hicache is not None:
+                self._jump_deadline = math.inf
+                hicache.step_end(self.env.now)
             return
         if self.ops is not None:
             self._begin_step(self.env.now)
         batch = self._prepare_decode()
         if batch is None:
             return
-        full_used, swa_used = self.cache.used_tokens()
         seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
         dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
         yield self.env.timeout(dur)
         self.decode_steps += 1
-        self.obs.on_decode_steps(
-            np.array([self.env.now]),
-            [r.sim for r in batch],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting),
-        )
         self.cache.free_group_begin()
         still = []
         now = self.env.now
@@ -559,4 +559,12 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin):
                 still.append(r)
         self.cache.free_group_end()
         self.running = still
+        # usage after the results are processed, finished requests released
+        # (batch_result_processor.py: process_batch_result_decode -> report_decode_stats)
+        full, swa = self.cache.used_tokens()
+        self.obs.on_decode_steps(
+            np.array([now]), [r.sim for r in batch], np.array([full]), np.array([swa]), len(self.waiting)
+        )
+        if hicache is not None:
+            hicache.step_end(now)  # flush_pending_backups
         self._check()

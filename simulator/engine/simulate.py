@@ -18,6 +18,7 @@ from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
 from simulator.models import load_model
+from simulator.sglang_bugs import raise_if_sglang_crash, warn_if_sglang_misbehaves
 from traces.load import return_freed_memory
 
 
@@ -30,6 +31,7 @@ def resolve_pools(cfg: SimConfig):
     sizes = cfg.pool_sizes()
     resolved = sizes.server_args
     hybrid = bool(sizes.swa_tokens) and bool(sizes.sliding_window)
+    warn_if_sglang_misbehaves(sizes.swa_tokens, resolved.chunked_prefill_size, sizes.page_size, hybrid)
     if hybrid:
         pools = ServerPools(
             page_size=sizes.page_size,
@@ -97,18 +99,24 @@ def simulate(
     Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
     """
     from simulator.engine.clients import requests_from_trace, start_clients
+    from simulator.engine.hicache_steps import hicache_setup
 
-    model, gpu, _sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
+    model, gpu, sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
     cost = build_cost_model(cfg, model, gpu)
     env = simpy.Environment()
     observer = observer or ServerObserver()
-    server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops)
+    hicache = hicache_setup(cfg, model, gpu, sizes, pools)
+    server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops, hicache=hicache)
     requests = requests_from_trace(trace, pools.page_size)
     if len(requests) >= 1 << 16:
         return_freed_memory()  # the temporaries behind a big trace's requests
     start_clients(env, server, trace, cfg, requests)
     with collector_skips_older_objects():
-        env.run()
+        try:
+            env.run()
+        except AssertionError as exc:  # a pool over-freed: SGLang's own crash where it has one
+            raise_if_sglang_crash(exc, pools, env.now)
+            raise
     unfinished = [r for r in requests if r.finish_s != r.finish_s]  # NaN
     if unfinished:
         raise StuckSimulation(
@@ -116,5 +124,9 @@ def simulate(
             f"server state: {len(server.waiting)} waiting, {len(server.running)} running, "
             f"chunked={'yes' if server.chunked else 'no'}, {server.memory_summary()}"
         )
+    if server.hicache is not None:
+        from simulator.engine.hicache_report import HiCacheReport
+
+        observer.on_hicache(HiCacheReport(server.hicache))
     observer.on_end(env.now, server.counters())
     return server

@@ -11,6 +11,7 @@ the oracle's step, request and run lines with the oracle's keys and definitions 
 
 from __future__ import annotations
 
+import traceback
 from typing import Any
 
 import simpy
@@ -132,6 +133,7 @@ class StepRecorder(ServerObserver):
         self.last_kind = "idle"  # the kind of the last closed step (none yet: no batch)
         self.steps: list[dict] = []
         self.done = False
+        self.crashed: dict | None = None  # the server raised (SGLang's loop would have died)
 
     # ---- arrivals: the top of every pass --------------------------------------------------
     def _due(self, i: int, step: int) -> bool:
@@ -276,6 +278,20 @@ class StepRecorder(ServerObserver):
             aborted=bool(req.aborted),
         )
 
+    def crash(self, exc: BaseException) -> None:
+        """The server raised in the open step: record it as the oracle records SGLang's crash
+        (``{step, error, where}``, ``where`` the innermost kvplan frames)."""
+        inner = exc.__cause__ or exc  # simpy re-raises a process's exception from the original
+        frames = traceback.extract_tb(inner.__traceback__)
+        where = [
+            f"{f.filename[f.filename.rfind('simulator/') :]}:{f.lineno} {f.name}"
+            for f in frames
+            if "simulator/" in f.filename
+        ][-4:]
+        self.crashed = dict(step=self.step, error=f"{type(exc).__name__}: {exc}", where=where)
+        if self.cur is not None:
+            self.cur["crash"] = self.crashed
+
     # ---- end of a pass --------------------------------------------------------------------
     def _close(self) -> None:
         srv, c = self.server, self.cur
@@ -295,9 +311,9 @@ class StepRecorder(ServerObserver):
             prefix_refresh=bool(c.get("prefix_refresh", False)),
         )
         c.setdefault("queue_order", None)
-        if c["kind"] == "idle" and "fully_idle" not in c:
+        if c["kind"] == "idle" and "fully_idle" not in c and "crash" not in c:
             # on_idle ran (every batch-less pass; under overlap only after one) without finding
-            # the server fully idle
+            # the server fully idle (a pass that crashed never reached it)
             if self.knobs.disable_overlap_schedule or self.last_kind == "idle":
                 c["fully_idle"] = False
         self.last_kind = c["kind"]
@@ -368,7 +384,13 @@ def replay(rows: list[StepRow], knobs: StepKnobs, emit=None, eos_id: int = -1) -
         return res
 
     srv.cache._evict = counting_evict
-    env.run()
+    try:
+        env.run()
+    except AssertionError as exc:
+        # the allocator's conservation check (kv_allocator: a pool freed past its size) stands
+        # for SGLang's (allocator/swa.py: SWATokenToKVPoolAllocator.free_group_end); SGLang's
+        # loop dies there, and the oracle records the step and stops (its ``crash`` key)
+        rec.crash(exc)
     if rec.cur is not None:
         rec._close()
     return rec
@@ -406,4 +428,9 @@ def run_line(rec: StepRecorder, knobs: StepKnobs, eos_id: int) -> dict:
     loop = "event_loop_normal" if knobs.disable_overlap_schedule else "event_loop_overlap"
     config = {k: getattr(knobs, k) for k in StepKnobs.__dataclass_fields__}
     config["eos_id"] = eos_id
-    return dict(type="run", simulator="kvplan", loop=loop, config=config, steps=len(steps), counts=counts)
+    run = dict(type="run", simulator="kvplan", loop=loop, config=config, steps=len(steps), counts=counts)
+    if rec.crashed is not None:
+        c = rec.crashed
+        run["crashed"] = c
+        run["errors"] = [f"crashed at step {c['step']}: {c['error']}"]
+    return run

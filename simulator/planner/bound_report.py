@@ -12,6 +12,7 @@ import simulator
 from simulator.planner.bound import bound_for
 from simulator.planner.bound_model import PoolModel, page_workload
 from simulator.planner.hit_ratio_curve import curve_for
+from simulator.provenance import provenance
 
 
 def pool_model(server: dict[str, Any]) -> PoolModel:
@@ -48,6 +49,7 @@ def bound_report(trace: Path, server: dict[str, Any], limit: int | None, curve_p
         trace=str(trace),
         kvplan_version=simulator.__version__,
     )
+    out["provenance"] = provenance(requests.trace)
     if curve_points:
         p = pools.page_size
         smallest = int(wl.peak.max() + 1) * p  # below it a request cannot run to its end

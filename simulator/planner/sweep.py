@@ -52,12 +52,15 @@ class PointPlan:
     point_key: str
 
 
-def plan_points(spec: SweepSpec, identity: RunIdentity) -> list[PointPlan]:
-    """Every point of the grid with its per-seed configurations and keys."""
+def plan_points(
+    spec: SweepSpec, identity: RunIdentity, points: Sequence[dict[str, Any]] | None = None
+) -> list[PointPlan]:
+    """Every point of the grid (or of ``points``, field -> value dicts over the axes' fields:
+    the planner's bisection steps) with its per-seed configurations and keys."""
     if spec.seeds < 1:
         raise FlagError(f"--seeds must be >= 1, got {spec.seeds}")
     plans = []
-    for index, values in enumerate(grid_points(spec.axes)):
+    for index, values in enumerate(grid_points(spec.axes) if points is None else points):
         point = apply_point(spec.base, values)
         configs = tuple(dataclasses.replace(point, seed=point.seed + s) for s in range(spec.seeds))
         keys = tuple(run_key(c, identity) for c in configs)
@@ -141,11 +144,13 @@ def run_sweep(
     on_point: Callable[[dict[str, Any]], None] | None = None,
     progress: bool = False,
     identity: RunIdentity | None = None,
+    points: Sequence[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
-    """Run the sweep; returns its summary (also see :func:`point_record` for each point)."""
+    """Run the sweep (over ``points`` instead of the grid when given); returns its summary
+    (also see :func:`point_record` for each point)."""
     start = time.monotonic()
     identity = identity if identity is not None else RunIdentity.for_trace(trace)
-    plans = plan_points(spec, identity)
+    plans = plan_points(spec, identity, points)
     where = {key: (p.index, s) for p in plans for s, key in enumerate(p.keys)}
     stored = _stored_outcomes(store, where)
     tasks: list[Task] = []

@@ -303,13 +303,15 @@ class SWACacheController(ABC):
         """(FULL, SWA) tokens a batch may use counting what eviction would free:
         available + evictable (``PrefillAdder.rem_total_tokens`` before offsets)."""
         a, t = self.allocator, self.tree
-        return a.full_available_size() + t.full_evictable, a.swa_available_size() + t.swa_evictable
+        p = a.page_size  # full_available_size() / swa_available_size(), inlined (a hot path)
+        return a.full_free * p + t.full_evictable, a.swa_free * p + t.swa_evictable
 
     def used_tokens(self) -> tuple[int, int]:
         """``#full token`` / ``#swa token`` of SGLang's logs: capacity - (available + evictable)."""
         a, t = self.allocator, self.tree
-        full = a.full_capacity - (a.full_available_size() + t.full_evictable)
-        swa = a.swa_capacity - (a.swa_available_size() + t.swa_evictable)
+        p = a.page_size  # the capacities and available sizes, inlined (a hot path)
+        full = a.full_pages * p - (a.full_free * p + t.full_evictable)
+        swa = a.swa_pages * p - (a.swa_free * p + t.swa_evictable)
         return full, swa
 
     def free_pages(self) -> tuple[int, int]:

@@ -135,6 +135,8 @@ class HiCacheInsert:
         leaf = self._new_node(rem, length, priority)
         leaf.parent = node
         node.children[rem.item(0)] = leaf
+        if self.storage is not None:  # utc: compute_node_hash_values when storage is on
+            self.storage.hash_new_node(leaf)
         leaf.full = True
         self.full_evictable += length
         self._update_leaf(leaf)

@@ -36,7 +36,9 @@ def _tree_problems(tree) -> list[str]:
             out.append(f"node {x.id} has a negative lock")
         if x.in_d != x.swa:
             out.append(f"node {x.id}: SWA device LRU membership {x.in_d} but swa={x.swa}")
-        if x.in_h and (x.swa or not x.swa_host or x.swa_host_lock):
+        # (swa.py:_commit_prefetch attaches a prefetched window to the host LRU even while a
+        # storage backup holds the node's host lock)
+        if x.in_h and (x.swa or not x.swa_host or (x.swa_host_lock and tree.storage is None)):
             out.append(f"node {x.id} in the SWA host LRU without being host-only and unlocked")
         if x.full:
             sums["fp" if x.full_lock else "fe"] += x.length
@@ -51,6 +53,10 @@ def _tree_problems(tree) -> list[str]:
     ledgers = (tree.full_evictable, tree.full_protected, tree.swa_evictable, tree.swa_protected)
     if ledgers != (sums["fe"], sums["fp"], sums["se"], sums["sp"]):
         out.append(f"ledgers {ledgers} != tree sums {sums}")
+    if tree.storage is not None:  # L3 staging and queued releases
+        held_full, held_swa = tree.storage.held_tokens()
+        sums["fh"] += held_full
+        sums["sh"] += held_swa
     if tree.host_full.used() != sums["fh"] or tree.host_swa.used() != sums["sh"]:
         out.append(
             f"host pools used ({tree.host_full.used()}, {tree.host_swa.used()}) != tree host tokens "

@@ -55,6 +55,7 @@ class HNode:
         "in_h",
         "fh_ids",
         "sh_ids",
+        "hash_value",
     )
 
     def __init__(self, node_id: int, key: np.ndarray, length: int, priority: int = 0) -> None:
@@ -79,6 +80,8 @@ class HNode:
         # host page ids of the FULL / SWA host values, only while recording memory ops
         self.fh_ids: np.ndarray | None = None
         self.sh_ids: np.ndarray | None = None
+        # page hashes of the key (L3 storage keys), only while a storage tier is attached
+        self.hash_value: list[int] | None = None
 
     def __lt__(self, other: HNode) -> bool:  # UnifiedTreeNode.__lt__: heap tie-break
         return self.last_access_time < other.last_access_time

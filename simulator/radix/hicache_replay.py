@@ -48,8 +48,20 @@ class HiCacheReplayConfig:
     check_invariants: bool = False
     # record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) on host page ids
     record_ops: bool = False
+    # the L3 tier (--hicache-storage-backend file|sim) and its prefetch knobs
+    storage_backend: str | None = None
+    prefetch_policy: str = "timeout"
+    prefetch_threshold: int = 256
+    prefetch_timeout_base: float = 1.0
+    prefetch_timeout_per_ki_token: float = 0.25
+    storage_capacity_bytes: int = 0
+    storage_read_gbps: float = 0.0
+    storage_write_gbps: float = 0.0
+    storage_op_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.storage_backend is not None and self.record_ops:
+            raise ConfigError("recording host memory ops with an L3 tier is not modelled yet")
         if self.window + self.page_size >= self.swa_tokens:
             raise ConfigError(f"SWA pool of {self.swa_tokens} tokens cannot hold window {self.window}")
         if self.hicache_size <= 0 and self.hicache_ratio <= 0:
@@ -133,7 +145,12 @@ def build_hicache(cfg: HiCacheReplayConfig) -> HiCacheController:
     allocator = SWAKVAllocator(cfg.full_tokens, cfg.swa_tokens, cfg.page_size)
     order = EVICTION_ORDERS.create(cfg.eviction_policy)
     policy = HICACHE_WRITE_POLICIES.create(cfg.write_policy)
-    return HiCacheController(allocator, cfg.window, order, policy, cfg.host_capacities())
+    cache = HiCacheController(allocator, cfg.window, order, policy, cfg.host_capacities())
+    if cfg.storage_backend is not None:
+        from simulator.radix.hicache_l3 import attach_storage
+
+        attach_storage(cache.tree, cfg)
+    return cache
 
 
 def replay_hicache(workload: Sequence, cfg: HiCacheReplayConfig) -> dict:
@@ -170,7 +187,15 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     """One request: the prefill step, the decode steps, the next step's event check."""
     tree, allocator = cache.tree, cache.allocator
     req = ReqKV(rid=w.rid, pages=w.pages, prompt_len=w.prompt_len, output_len=w.output_len)
+    storage = tree.storage
+    if storage is not None:
+        storage.arrive(cache, req)  # Scheduler._prefetch_kvcache at queue entry
     tree.check_hicache_events()
+    span = (0, None)
+    if storage is not None:
+        while (polled := storage.ready(req.rid)) is None:  # the prefetch is still running
+            tree.check_hicache_events()
+        span = polled
     cache.match(req)
     rec = dict(
         rid=w.rid,
@@ -183,8 +208,14 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     rec.update(host_loaded_len=req.host_loaded_length, prefix_len=req.prefix_len)
     tree.ready_to_load_host_cache()
     cache.alloc_for_extend(req)
-    host = min(req.prefix_len, min(req.host_hit_length, req.host_loaded_length))
-    rec.update(cached_tokens_device=req.prefix_len - host, cached_tokens_host=host)
+    device, host, stored = split_cached_prefix_by_tier(
+        req.prefix_len, min(req.host_hit_length, req.host_loaded_length), *span
+    )
+    rec.update(cached_tokens_device=device, cached_tokens_host=host)
+    if storage is not None:
+        rec["cached_tokens_storage"] = stored
+        if span[0]:
+            rec["storage_loaded_len"] = span[0]
     _check(cache, cfg, (req,))
     state["forward"] += 1
     req.num_outputs = 1
@@ -215,6 +246,24 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     rec["cached_tokens"] = req.cached_tokens
     _check(cache, cfg, ())
     return rec
+
+
+def split_cached_prefix_by_tier(
+    prefix_len: int, host_hit_len: int, storage_hit_len: int = 0, storage_hit_start: int | None = None
+) -> tuple[int, int, int]:
+    """``managers/schedule_batch.py:split_cached_prefix_by_tier`` (cache mode,
+    ``host_hit_is_storage`` False): (device, host, storage) tokens of the cached prefix; the
+    host hit is the materialized one, ``min(host_hit_length, host_loaded_length)``."""
+    host_hit_len = min(prefix_len, host_hit_len)
+    host_start = prefix_len - host_hit_len
+    if storage_hit_start is None:
+        storage = min(host_hit_len, storage_hit_len)
+        host = host_hit_len - storage
+    else:
+        end = storage_hit_start + storage_hit_len
+        storage = max(0, min(prefix_len, end) - max(0, storage_hit_start))
+        host = host_hit_len - max(0, min(prefix_len, end) - max(host_start, storage_hit_start))
+    return prefix_len - host - storage, host, storage
 
 
 def count_summary(counts: Counter | dict) -> dict:

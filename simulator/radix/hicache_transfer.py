@@ -236,6 +236,9 @@ class HiCacheTransfer:
                 self._update_dup(n)
         if w.lock is not None:
             self.unlock(w.lock)
+        if self.storage is not None:  # every published fragment goes to L3
+            for n in w.publish:
+                self.storage.write_backup_storage(n)
 
     # ------------------------------------------------------------------ load-back
     def init_load_back(
@@ -396,11 +399,17 @@ class HiCacheTransfer:
         :meth:`inflight_ops`) have completed, as SGLang's ready-event counts; the default
         (None) is all of them, the oracle's rule that a transfer completes within a step."""
         acked = AckedTransfers()
-        if self.hicache_idle():
+        storage = self.storage
+        if storage is not None:
+            storage.pump()  # the storage threads' work queued before this step
+        elif self.hicache_idle():
             return acked
         self.flush_pending_backups()
+        sizes = storage.sample() if storage is not None else None
         self.writing_check(acked=acked, finish_count=write_finish_count)
         self.loading_check(acked=acked, finish_count=load_finish_count)
+        if storage is not None:
+            storage.drain(sizes)
         return acked
 
     def inflight_ops(self) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:

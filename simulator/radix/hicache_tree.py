@@ -82,6 +82,7 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         self.full_evictable = self.full_protected = 0
         self.swa_evictable = self.swa_protected = 0
         self._init_transfer_state()
+        self.storage = None  # the L3 tier (hicache_prefetch_tree.StorageController), if any
         self.root = self._new_node(_EMPTY, 0)
         self.root.full = self.root.swa = True
         self.root.full_lock = self.root.swa_lock = 1
@@ -188,6 +189,8 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
             new.fh_ids, child.fh_ids = child.fh_ids[:pages], child.fh_ids[pages:]
         if child.sh_ids is not None:
             new.sh_ids, child.sh_ids = child.sh_ids[:pages], child.sh_ids[pages:]
+        if child.hash_value is not None:  # split_node_hash_value
+            new.hash_value, child.hash_value = child.hash_value[:pages], child.hash_value[pages:]
         if child.swa_host:
             lru = self.swa_host_lru
             if not new.swa and new.swa_host_lock == 0:

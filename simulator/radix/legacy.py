@@ -14,6 +14,7 @@ import numpy as np
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.node import (
     LRUList,
+    SwaLRUList,
     TreeNode,
     iter_subtree,
     lock_footprint,
@@ -48,7 +49,7 @@ class LegacySWARadixTree:
         self._next_id = 0
         self._next_uuid = 0
         self.full_lru = LRUList("full")
-        self.swa_lru = LRUList("swa")
+        self.swa_lru = SwaLRUList()
         self.full_evictable = 0
         self.full_protected = 0
         self.swa_evictable = 0

@@ -174,6 +174,68 @@ class LRUList:
             x = getattr(x, self._next_attr)
 
 
+class SwaLRUList(LRUList):
+    """``LRUList("swa")`` with the pointer pair and flag named directly: the same list, without a
+    ``getattr``/``setattr`` per link on the SWA window refresh and eviction hot paths."""
+
+    def __init__(self) -> None:
+        super().__init__("swa")
+
+    def in_list(self, node: TreeNode | None) -> bool:
+        return node is not None and node.in_swa_lru
+
+    def _link_after(self, prev: TreeNode, node: TreeNode) -> None:
+        nxt = prev.lru_next
+        node.lru_prev = prev
+        node.lru_next = nxt
+        nxt.lru_prev = node  # type: ignore[union-attr]
+        prev.lru_next = node
+
+    def _unlink(self, node: TreeNode) -> None:
+        prev, nxt = node.lru_prev, node.lru_next
+        prev.lru_next = nxt  # type: ignore[union-attr]
+        nxt.lru_prev = prev  # type: ignore[union-attr]
+        node.lru_prev = None
+        node.lru_next = None
+
+    def insert_mru(self, node: TreeNode) -> None:
+        assert not node.in_swa_lru
+        node.in_swa_lru = True
+        self.size += 1
+        self._link_after(self.head, node)
+
+    def insert_after(self, prev: TreeNode, node: TreeNode) -> None:
+        assert prev.in_swa_lru and not node.in_swa_lru
+        node.in_swa_lru = True
+        self.size += 1
+        self._link_after(prev, node)
+
+    def remove(self, node: TreeNode) -> None:
+        assert node.in_swa_lru
+        node.in_swa_lru = False
+        self.size -= 1
+        self._unlink(node)
+
+    def move_after(self, prev: TreeNode, node: TreeNode) -> None:
+        nxt = prev.lru_next
+        if nxt is node:
+            return
+        assert node.in_swa_lru
+        before, after = node.lru_prev, node.lru_next
+        before.lru_next = after  # type: ignore[union-attr]
+        after.lru_prev = before  # type: ignore[union-attr]
+        node.lru_prev = prev
+        node.lru_next = nxt
+        nxt.lru_prev = node  # type: ignore[union-attr]
+        prev.lru_next = node
+
+    def prev_unlocked(self, node: TreeNode) -> TreeNode | None:
+        x = node.lru_prev
+        while x.swa_lock > 0:  # type: ignore[union-attr]
+            x = x.lru_prev  # type: ignore[union-attr]
+        return None if x is self.head else x
+
+
 def match_pages(node_key: np.ndarray, key: np.ndarray, offset: int) -> int:
     """Number of leading pages of ``node_key`` equal to ``key[offset:]``."""
     n = min(len(node_key), len(key) - offset)

@@ -17,7 +17,7 @@ import numpy as np
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import EVICTION, OpKind
 from simulator.radix.node import (
-    LRUList,
+    SwaLRUList,
     TreeNode,
     iter_subtree,
     lock_footprint,
@@ -85,7 +85,7 @@ class UnifiedSWARadixTree(UnifiedInsert):
         self._time = 0.0
         self._next_id = 0
         self._next_uuid = 0
-        self.swa_lru = LRUList("swa")
+        self.swa_lru = SwaLRUList()
         self.device_leaves: set[TreeNode] = set()
         # For orders whose keys only grow (lru, lfu, fifo, priority, slru) the FULL pass can keep
         # one heap across calls: a stale entry always undercuts its node's true key, so popping
@@ -209,7 +209,7 @@ class UnifiedSWARadixTree(UnifiedInsert):
         child.last_access_time = self._tick()
         if self._depth_hooks:
             self.eviction_order.on_split(new, child)
-        self._update_leaf(new)
+        # _update_leaf(new) would be a no-op: a new node with a child is no leaf and in no set
         self._update_leaf(child)
         return new
 

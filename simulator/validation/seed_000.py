@@ -74,7 +74,9 @@ WORKLOAD = BenchMultiturnArgs(
 )
 
 
-def seed_config(swa_eviction: str) -> SimConfig:
+def seed_config(swa_eviction: str, tombstone: str = "legacy", overlap: bool = False) -> SimConfig:
+    """The PR's server: ``tombstone`` "legacy" is the tree of that time (``SWARadixCache``),
+    "unified" today's; ``overlap`` runs SGLang's default overlap loop (the PR's server did)."""
     return SimConfig(
         model="MiMo-V2-Flash",
         gpu="H200",
@@ -83,9 +85,10 @@ def seed_config(swa_eviction: str) -> SimConfig:
         page_size=64,
         swa_full_tokens_ratio=0.2,
         max_total_tokens=894_000,
-        tombstone="legacy",
+        tombstone=tombstone,
         swa_eviction=swa_eviction,
         seed=1,
+        disable_overlap_schedule=not overlap,
     )
 
 
@@ -135,9 +138,9 @@ class SeedRun:
         )
 
 
-def run_seed(swa_eviction: str) -> SeedRun:
+def run_seed(swa_eviction: str, tombstone: str = "legacy", overlap: bool = False) -> SeedRun:
     trace = generate_bench_multiturn(WORKLOAD)
-    cfg = seed_config(swa_eviction)
+    cfg = seed_config(swa_eviction, tombstone, overlap)
     rec = Recorder.from_config(cfg)
     simulate(trace, cfg, rec)
     return SeedRun(swa_eviction, rec.summary(), rec.frames()["decode_steps"])

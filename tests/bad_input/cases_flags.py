@@ -66,7 +66,6 @@ UNMODELLED = [
     ("--enable-lora", []),
     ("--lora-paths", ["adapter"]),
     ("--disaggregation-mode", ["prefill"]),
-    ("--enable-hierarchical-cache", []),
     ("--kv-cache-dtype", ["fp8_e5m2"]),
     ("--attention-backend", ["fa3"]),
 ]
@@ -127,6 +126,9 @@ def server_flag_cases() -> list[dict]:
             cases.append(
                 _case([*_base(command), flag, *value], f"{flag}{' ' + value[0] if value else ''}: ", 1)
             )
+        if command != "pools":  # served HiCache refuses what the engine does not serve, in one line
+            hicache = [*_base(command), "--enable-hierarchical-cache", "--radix-eviction-policy", "tlru"]
+            cases.append(_late(hicache, "--radix-eviction-policy tlru with HiCache"))
     for flag, values in SERVER_NUMERIC:
         if flag in ("--page-size", "--swa-eviction-interval"):
             cases += _numeric("cache-replay", flag, values)

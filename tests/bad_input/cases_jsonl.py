@@ -303,6 +303,24 @@ def token_cases() -> list[Case]:
         ("session-float", {"session": "1.5"}, "session", "must be a string or an integer"),
         ("session-list", {"session": '["s1"]'}, "session", "must be a string or an integer"),
         ("session-int-after-str", {"session": "1"}, "session", "mixes integer and string sessions"),
+        # the client columns (trace format 2): max_new_tokens >= 1, ignore_eos a JSON boolean
+        ("max-new-tokens-zero", {"max_new_tokens": "0"}, "max_new_tokens", "must be >= 1, got 0"),
+        (
+            "max-new-tokens-float",
+            {"max_new_tokens": "2.5"},
+            "max_new_tokens",
+            "must be an integer, got float",
+        ),
+        ("max-new-tokens-bool", {"max_new_tokens": "true"}, "max_new_tokens", "must be an integer, got bool"),
+        ("max-new-tokens-text", {"max_new_tokens": '"20"'}, "max_new_tokens", "must be an integer, got str"),
+        (
+            "max-new-tokens-over-max",
+            {"max_new_tokens": str(2**31)},
+            "max_new_tokens",
+            "must be <= 1,073,741,824",
+        ),
+        ("ignore-eos-int", {"ignore_eos": "1"}, "ignore_eos", "must be true or false, got 1"),
+        ("ignore-eos-text", {"ignore_eos": '"yes"'}, "ignore_eos", "must be true or false, got 'yes'"),
     ]
     for key in ("input_ids", "output_ids"):
         bad += [
@@ -337,6 +355,18 @@ def token_cases() -> list[Case]:
         ("bom", b"\xef\xbb\xbf" + lines(TK1, _tk2(), TK3), ok, "a UTF-8 BOM"),
         ("extra-fields", lines(TK1, _tk2(extra='{"x": 1}'), TK3), ok, "unknown fields ignored"),
         ("max-token-id", lines(TK1, _tk2(output_ids=f"[{2**31 - 1}]"), TK3), ok, "token id 2**31 - 1"),
+        (
+            "client-fields",
+            lines(TK1, _tk2(max_new_tokens="20", ignore_eos="false"), TK3),
+            ok,
+            "max_new_tokens and ignore_eos on one line",
+        ),
+        (
+            "client-fields-null",
+            lines(TK1, _tk2(max_new_tokens="null", ignore_eos="null"), TK3),
+            ok,
+            "null = not sent",
+        ),
     ]
     for slug, data, expect, desc in valid:
         name = f"tokens-{slug}.jsonl"

@@ -1,6 +1,8 @@
 """Raw-token JSONL workloads, the format of SGLang's cache oracle driver (shared/oracle/README.md).
 
-One request per line: ``{"rid": str, "input_ids": [int], "output_ids": [int], "session": optional}``.
+One request per line: ``{"rid": str, "input_ids": [int], "output_ids": [int], "session": optional}``,
+plus what the client sends, optional: ``max_new_tokens`` (int >= 1) and ``ignore_eos`` (bool), the
+scheduler oracle's workload keys (shared/oracle/SCHEDULER.md), kept as the trace's client columns.
 The content is the given tokens (outputs included, not made unique). Lines are served in file order
 one at a time, so arrivals are NaN and the trace carries :class:`~traces.closed_loop.SequentialReplay`.
 Parent = previous line of the same session.
@@ -15,9 +17,17 @@ import numpy as np
 from traces.buffers import IntBuffer
 from traces.closed_loop import SequentialReplay
 from traces.errors import TraceFormatError
-from traces.jsonl import check_int, get_field, iter_json_lines, locate_bad_int, opened, require_object
+from traces.jsonl import (
+    check_int,
+    check_max,
+    get_field,
+    iter_json_lines,
+    locate_bad_int,
+    opened,
+    require_object,
+)
 from traces.readers.common import session_links
-from traces.schema import TokenContent, Trace, make_requests
+from traces.schema import TokenContent, Trace, add_client_columns, make_requests
 from traces.source import TraceInput
 
 MAX_TOKEN_ID = 2**31 - 1
@@ -60,6 +70,17 @@ def _session(src: str, line: int, obj: dict, first_of_type: dict[type, int]) -> 
     return str(session)
 
 
+def _client(src: str, line: int, obj: dict) -> tuple[int | None, bool | None]:
+    """The optional ``max_new_tokens`` / ``ignore_eos`` of a line (None: not sent)."""
+    max_new = obj.get("max_new_tokens")
+    if max_new is not None:
+        check_max(src, line, "max_new_tokens", check_int(src, line, "max_new_tokens", max_new, 1))
+    ignore_eos = obj.get("ignore_eos")
+    if ignore_eos is not None and not isinstance(ignore_eos, bool):
+        raise TraceFormatError(src, line, "ignore_eos", f"must be true or false, got {ignore_eos!r}")
+    return max_new, ignore_eos
+
+
 def read_token_jsonl(path: TraceInput | str | Path, limit: int | None = None) -> Trace:
     """Read a raw-token JSONL workload (the first ``limit`` records) into a canonical trace."""
     with opened(path) as inp:
@@ -74,6 +95,8 @@ def _read(inp: TraceInput, limit: int | None) -> Trace:
     sessions: list[str | None] = []
     seen: dict[str, int] = {}
     first_of_type: dict[type, int] = {}
+    max_new: list[int | None] = []
+    ignore_eos: list[bool | None] = []
     for line, obj in iter_json_lines(inp, limit):
         obj = require_object(src, line, obj)
         rid = get_field(src, line, obj, "rid")
@@ -86,6 +109,9 @@ def _read(inp: TraceInput, limit: int | None) -> Trace:
         out_len.append(_ids(src, line, obj, "output_ids", tokens))
         rids.append(rid)
         sessions.append(_session(src, line, obj, first_of_type))
+        m, e = _client(src, line, obj)
+        max_new.append(m)
+        ignore_eos.append(e)
     prompt_len, output_len = in_len.numpy(), out_len.numpy()
     n = len(rids)
     offsets = np.zeros(n + 1, dtype=np.int64)
@@ -99,4 +125,5 @@ def _read(inp: TraceInput, limit: int | None) -> Trace:
     requests = make_requests(
         rids, np.full(n, np.nan), prompt_len, output_len, session_id=sessions, turn=turn, parent=parent
     )
+    add_client_columns(requests, max_new, ignore_eos)
     return Trace(requests, TokenContent(offsets, tokens.numpy()), source=src, closed_loop=SequentialReplay())

@@ -1,0 +1,97 @@
+"""Seed 000 and the gsm8k predictions, with the roofline defaults and with the fitted profiles
+(docs/validation.md, "GPU calibration"): runs the kvplan commands, writes each run's JSON summary
+and prints the table's numbers.
+
+    python benchmarks/gpu_predictions.py --out gpu_replay/results/calibrate-2026-11-26/predictions \
+        [--only profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PROFILES = ROOT / "gpu_replay" / "profiles"
+CALIB = ROOT / "gpu_replay" / "calibration"
+SEED000 = (
+    "bench-multiturn --model MiMo-V2-Flash --gpu H200 --tp 4 --mem-fraction-static 0.7 --page-size 64 "
+    "--swa-full-tokens-ratio 0.2 --max-total-tokens 894000 --num-clients 10 --num-rounds 10 "
+    "--request-length 300 --output-length 3000 --request-rate 16 --max-parallel 10 "
+    "--ready-queue-policy random --enable-round-barrier --disable-random-sample --tombstone legacy"
+).split()
+GSM8K = "run --format mooncake --block-size 64 --no-progress".split()
+RUNS: dict[str, tuple[list[str], Path]] = {
+    "seed000-before": ([*SEED000, "--swa-eviction", "none"], PROFILES / "transferred-mimo-v2-flash-tp4.json"),
+    "seed000-after": (
+        [*SEED000, "--swa-eviction", "window"],
+        PROFILES / "transferred-mimo-v2-flash-tp4.json",
+    ),
+    "gsm8k-gptoss": (
+        [
+            *GSM8K,
+            "--trace",
+            str(CALIB / "gsm8k-gptoss.jsonl"),
+            "--model",
+            "gpt-oss-120b",
+            "--tp",
+            "2",
+            "--gpu",
+            "H100",
+        ],
+        PROFILES / "h100-gpt-oss-120b-tp2-fitted.json",
+    ),
+    "gsm8k-mimo": (
+        [
+            *GSM8K,
+            "--trace",
+            str(CALIB / "gsm8k-mimo.jsonl"),
+            "--model",
+            "MiMo-V2-Flash",
+            "--tp",
+            "4",
+            "--gpu",
+            "H200",
+        ],
+        PROFILES / "transferred-mimo-v2-flash-tp4.json",
+    ),
+}
+
+
+def run_one(args: list[str], out: Path) -> dict:
+    cmd = [sys.executable, "-m", "simulator.cli.main", *args, "--json"]
+    res = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, check=False)
+    if res.returncode:
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stdout[-2000:]}\n{res.stderr[-2000:]}")
+    summary = json.loads(res.stdout)
+    out.write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--only", choices=("defaults", "profile"), default=None)
+    ap.add_argument("--runs", default=",".join(RUNS))
+    a = ap.parse_args()
+    a.out.mkdir(parents=True, exist_ok=True)
+    for name in a.runs.split(","):
+        args, profile = RUNS[name]
+        for variant in ("defaults", "profile"):
+            if a.only not in (None, variant):
+                continue
+            extra = ["--profile", str(profile.relative_to(ROOT))] if variant == "profile" else []
+            s = run_one([*args, *extra], a.out / f"{name}-{variant}.json")
+            print(
+                f"{name:15s} {variant:8s} mean latency {s['latency']['mean']:7.2f} s  duration "
+                f"{s['duration_s']:7.1f} s  output {s['output_throughput']:8.0f} tok/s  "
+                f"hit rate {s['cache_hit_rate']:.3f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
