@@ -5,6 +5,7 @@ Usage::
     python benchmarks/simulate_speed.py [--repeat 5] [--out FILE]
     python benchmarks/simulate_speed.py --against DIR [--rounds 3]   # side by side
     python benchmarks/simulate_speed.py --against DIR --median --rounds 5   # median of 5 interleaved
+    python benchmarks/simulate_speed.py --loops --rounds 3   # overlap loop against plain loop
 
 Times the whole run after start-up, as ``kvplan run`` does it: reading the trace, SGLang's pool
 sizing, the cost model, the server, the clients, the metrics recorder and its summary, for
@@ -46,6 +47,8 @@ TRACES = [
     ("Mooncake arXiv head (1000)", SHARED / "arxiv_trace_head1000.jsonl"),
 ]
 CONFIG = dict(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64)
+# --loops: the scheduler loop a child times (KVPLAN_BENCH_LOOP); unset: the checkout's default
+LOOPS = {"plain": dict(disable_overlap_schedule=True), "overlap": dict(disable_overlap_schedule=False)}
 
 
 def run_once(path: Path, fast_forward: bool = True) -> tuple[float, float, dict]:
@@ -58,7 +61,9 @@ def run_once(path: Path, fast_forward: bool = True) -> tuple[float, float, dict]
 
     w0, c0 = time.perf_counter(), time.process_time()
     trace = load_trace(path)
-    cfg = SimConfig(**CONFIG, fast_forward=fast_forward)
+    cfg = SimConfig(
+        **CONFIG, **LOOPS.get(os.environ.get("KVPLAN_BENCH_LOOP", ""), {}), fast_forward=fast_forward
+    )
     rec = Recorder.from_config(cfg)
     server = simulate(trace, cfg, rec)
     summary = rec.summary()
@@ -90,8 +95,15 @@ def _pick(runs: list[dict], median: bool) -> dict:
     return ordered[len(ordered) // 2] if median else ordered[0]
 
 
-def side_by_side(other: Path, rounds: int, repeat: int, median: bool = False, warmup: bool = False) -> str:
+def side_by_side(
+    other: Path | None, rounds: int, repeat: int, median: bool = False, warmup: bool = False
+) -> str:
+    """``other`` against this checkout; None: this checkout's overlap loop against its plain loop."""
     how = f"median of {rounds} interleaved runs" if median else f"{rounds} rounds x best of {repeat}"
+    if other is None:
+        entries = [("this", ROOT, "overlap"), ("against", ROOT, "plain")]
+    else:
+        entries = [("this", ROOT, ""), ("against", other, "")]
     if warmup:
         how += ", each after one untimed run"
         os.environ["KVPLAN_BENCH_WARMUP"] = "1"
@@ -105,19 +117,21 @@ def side_by_side(other: Path, rounds: int, repeat: int, median: bool = False, wa
             continue
         runs: dict[str, list[dict]] = {"this": [], "against": []}
         for _ in range(rounds):
-            for label, checkout in (("this", ROOT), ("against", other)):
+            for label, checkout, loop in entries:
                 n = 1 if median else repeat
                 cmd = [sys.executable, __file__, "--child", str(checkout), str(path), str(n)]
-                out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+                env = {**os.environ, "KVPLAN_BENCH_LOOP": loop}
+                out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
                 runs[label].append(json.loads(out.strip().splitlines()[-1]))
         best = {label: _pick(rs, median) for label, rs in runs.items()}
-        for label, checkout in (("this", ROOT), ("against", other)):
+        for label, checkout, loop in entries:
             r = best[label]
             rate = r["requests"] / r["cpu"]
-            rows.append(f"| {name} | {label} ({checkout}) | {r['cpu']:.3f} | {rate:,.0f} |")
+            what = f"{loop} loop" if loop else f"{label} ({checkout})"
+            rows.append(f"| {name} | {what} | {r['cpu']:.3f} | {rate:,.0f} |")
             print(rows[-1], flush=True)
         ratio = best["against"]["cpu"] / best["this"]["cpu"]
-        rows.append(f"| {name} | speed-up | | **{ratio:.3f}x** |")
+        rows.append(f"| {name} | {'overlap / plain' if other is None else 'speed-up'} | | **{ratio:.3f}x** |")
         print(rows[-1], flush=True)
     return "\n".join(rows)
 
@@ -142,6 +156,11 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None)
     ap.add_argument("--against", type=Path, default=None, help="another kvplan checkout to compare with")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument(
+        "--loops",
+        action="store_true",
+        help="this checkout's overlap loop against its plain loop, side by side (overlap speed / plain)",
+    )
     ap.add_argument("--median", action="store_true", help="with --against: median of one-run rounds")
     ap.add_argument(
         "--warmup",
@@ -169,8 +188,9 @@ def main() -> None:
         return
     if args.whole_process:
         text = whole_process_table(args)
-    elif args.against:
-        text = side_by_side(args.against.resolve(), args.rounds, args.repeat, args.median, args.warmup)
+    elif args.against or args.loops:
+        other = args.against.resolve() if args.against else None
+        text = side_by_side(other, args.rounds, args.repeat, args.median, args.warmup)
     else:
         sys.path.insert(0, str(ROOT))
         rows = [

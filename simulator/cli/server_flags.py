@@ -163,7 +163,7 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
         "disable_overlap_schedule",
         ("--disable-overlap-schedule/--enable-overlap-schedule",),
         "SGLang's scheduler without (default here) or with overlap: with it, results are processed "
-        "one step late (SGLang's own default; runs without decode fast-forward)",
+        "one step late (SGLang's own default; fast-forwarded too, at about 0.87x the plain loop's speed)",
     ),
     # --- issue 11: the scheduler's request-level knobs (one block) ---
     ServerFlag(

@@ -43,9 +43,9 @@ class SimConfig:
     schedule_conservativeness: float = 1.0
     disable_radix_cache: bool = False
     radix_eviction_policy: str = "lru"
-    # SGLang's default is the overlapped scheduler; kvplan's is the plain one, whose decode
-    # steps it can fast-forward exactly. --enable-overlap-schedule models the overlap (one step
-    # late result processing) one forward at a time.
+    # SGLang's default is the overlapped scheduler; kvplan's is still the plain one: both are
+    # fast-forwarded, the overlap loop (one step late result processing) at 0.86-0.87x the plain
+    # loop's speed, below the 0.9x issue 11 asks of a default (docs/benchmarks.md).
     disable_overlap_schedule: bool = True
     # SGLANG_ENABLE_WAITING_PREFIX_REFRESH (on by default in SGLang 0.5.23): "on" or "off"
     waiting_prefix_refresh: str = "on"

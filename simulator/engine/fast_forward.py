@@ -156,17 +156,22 @@ class FastForwardMixin:
         if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
             return 0
         batch = self.running
+        return self._quiet_span(batch, [r.output_len - r.num_outputs for r in batch])
+
+    def _quiet_span(self, batch: list[ServerReq], rem: list[int]) -> int:
+        """How many of the next decode steps of ``batch`` a jump may take, request ``i`` taking
+        part in the first ``rem[i]`` of them (both loops): up to the last step of any request,
+        before a request still in the batch reaches the window, and while free plus evictable
+        pages cover every step with a batch of headroom."""
         bs = len(batch)
         p = self.page_size
-        k = 0
-        for r in batch:
-            rem = r.output_len - r.num_outputs
-            k = max(k, rem)
-        for r in batch:
+        k = max(rem, default=0)
+        w = self.window
+        for r, n in zip(batch, rem, strict=True):
             seq = r.kv_allocated_len + 1
-            if seq < self.window:
-                cross = self.window - seq
-                if cross < r.output_len - r.num_outputs:  # still running when it reaches the window
+            if seq < w:
+                cross = w - seq
+                if cross < n:  # still in the batch when it reaches the window
                     k = min(k, cross)
         if k <= 1:
             return 0
@@ -219,17 +224,18 @@ class FastForwardMixin:
         self._apply_jump(batch, seqs, last, segments, clock, m, now)
 
     def _price_jump(
-        self, seqs: list[int], last: list[int], k: int, now: float, arrival: float
+        self, seqs: list[int], last: list[int], k: int, now: float, arrival: float, beyond: int = 0
     ) -> tuple[list[tuple[int, int, list[int]]], DecodeClock]:
         """The jump's batch segments ``(first step, end step, member indices)`` and their clock.
 
-        A segment ends where a request leaves (after its last step ``last[i]``). Each is priced
-        from its batch size and FULL / SWA context sums at its first step: a step costs
-        ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))`` (``CostModel.decode_terms``).
-        Pricing stops with the segment in which the announced ``arrival`` falls.
+        A segment ends where a request leaves (after its last step ``last[i]``; -1: in none).
+        Each is priced from its batch size and FULL / SWA context sums at its first step: a
+        step costs ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))``
+        (``CostModel.decode_terms``). Pricing stops with the segment in which the announced
+        ``arrival`` falls, or once ``beyond`` more steps after that one are priced.
         """
         w = self.window
-        cuts = sorted({f + 1 for f in last if f + 1 < k}) + [k]
+        cuts = sorted({f + 1 for f in last if 0 < f + 1 < k}) + [k]
         segments: list[tuple[int, int, list[int]]] = []
         clock = DecodeClock(now, [], *self.costs.decode_terms(1)[1:])
         a = 0
@@ -247,8 +253,10 @@ class FastForwardMixin:
                     y0 += w
             clock.add(b - a, self.costs.decode_terms(len(members))[0], len(members), x0, y0, below)
             a = b
-            if clock.last_end > arrival:  # the announced arrival comes first: price no further
-                break
+            if clock.last_end > arrival and (
+                not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond
+            ):
+                break  # the announced arrival comes first: price no further
         return segments, clock
 
     def _apply_jump(

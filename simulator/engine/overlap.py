@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from simulator.engine.overlap_jump import OverlapJumpMixin
 from simulator.engine.server_state import ServerReq
 
 
@@ -27,9 +28,9 @@ class _Launched:
     chunk: ServerReq | None = None  # the request this prefill batch left mid-prompt
 
 
-class OverlapMixin:
+class OverlapMixin(OverlapJumpMixin):
     """The overlap loop of :class:`~simulator.engine.server.ServerModel` (a mixin, as SGLang's
-    ``Scheduler`` is assembled)."""
+    ``Scheduler`` is assembled); its decode jump is :class:`OverlapJumpMixin`'s."""
 
     def _loop_overlap(self):
         """``Scheduler.event_loop_overlap``: batch N+1 is scheduled and launched before batch
@@ -38,7 +39,7 @@ class OverlapMixin:
         So a request that finishes in batch N still takes part in batch N+1 (one over-allocated
         slot, freed at its release), prefill requests join the next decode batch before their
         first token is known, and every cache checkpoint and release lands one step later.
-        Runs one forward at a time (no fast-forward).
+        Quiet decode passes are fast-forwarded (:mod:`simulator.engine.overlap_jump`).
         """
         pending: _Launched | None = None
         while True:
@@ -54,6 +55,11 @@ class OverlapMixin:
             if batch:
                 launched = self._launch_prefill(batch, start)
             elif self.running:
+                plan = self._overlap_jump_plan(pending)
+                if plan is not None:  # passes of quiet decode steps at once
+                    reqs, t0, t1 = yield from self._overlap_fast_forward(pending, plan)
+                    pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, ())
+                    continue
                 launched = self._launch_decode(start)
             if pending is not None:
                 if pending.end > self.env.now:
@@ -128,8 +134,9 @@ class OverlapMixin:
         req.prefix_len = req.extend_end
         self.cache.free_group_end()
 
-    def _process_launched(self, launched: _Launched) -> None:
-        """``process_batch_result`` of a batch, at its end time, one step late."""
+    def _process_launched(self, launched: _Launched, notify: bool = True) -> None:
+        """``process_batch_result`` of a batch, at its end time, one step late (``notify``
+        False: a decode jump told the clients of the finishes at that time already)."""
         t1 = launched.end
         live = [
             r
@@ -149,7 +156,7 @@ class OverlapMixin:
                     r.sim.first_token_s = t1
                     self.obs.on_first_token(r.sim)
                 if r.num_outputs >= r.output_len:
-                    self._finish_overlap(r, t1)
+                    self._finish_overlap(r, t1, notify)
                 else:
                     self.cache.checkpoint(r, r.extend_end, finished=False)
                     r.prefix_len = r.extend_end
@@ -183,11 +190,11 @@ class OverlapMixin:
                 np.array([launched.end]), sims, np.array([full_used]), np.array([swa_used]), len(self.waiting)
             )
 
-    def _finish_overlap(self, r: ServerReq, t: float) -> None:
+    def _finish_overlap(self, r: ServerReq, t: float, notify: bool = True) -> None:
         """Release a request whose finish the step-late result revealed. One that stopped at EOS
         is already in the next (launched) decode step, which writes its last token's KV: that
         slot is committed (``kv_committed_len`` = prompt + outputs) and enters the tree with
         the rest; one finishing by length left that batch (``_reqs_finishing_inflight``)."""
         if r in self.running:
             self.running.remove(r)
-        self._complete(r, t)
+        self._complete(r, t, notify=notify)
