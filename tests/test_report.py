@@ -129,7 +129,17 @@ def test_report_from_a_bare_store_and_from_a_plan_dir(small_store: Path, tmp_pat
     plan = {
         "recommended": {"flags": flags, "metrics": {}},
         "launch_flags": "",
-        "slo": "ttft.p90<=30",
+        "slo": {  # the map kvplan plan writes (simulator/planner/plan_report.py slo_object)
+            "ttft.p90<=30": {"path": "ttft.p90", "op": "<=", "bound": 30.0, "value": 1.0, "met": True},
+            "failed==0": {
+                "path": "failed",
+                "op": "<=",
+                "bound": 0,
+                "value": 0.0,
+                "met": True,
+                "implied": True,
+            },
+        },
         "met": True,
     }
     (plan_dir / "plan.json").write_text(json.dumps(plan))

@@ -3,7 +3,8 @@
 A thin shell over :mod:`simulator.planner.plan_run`: it reads the trace (and applies any
 ``--what-if``), parses the SLOs, lays out the search space, runs the search on the chosen
 backend over a result store, and prints the plan (text, or ``--json``); ``-o DIR`` writes
-``DIR/plan.json`` and keeps the store in ``DIR/store``.
+``DIR/plan.json``, keeps the store in ``DIR/store`` and writes the plan's report there
+(``index.html``, ``report.md``, ``figures.json``, ``figures/``; docs/reports.md).
 """
 
 from __future__ import annotations
@@ -90,7 +91,11 @@ def plan(
     ] = None,
     output: Annotated[
         Path | None,
-        typer.Option("-o", "--output", help="write DIR/plan.json and keep the store in DIR/store"),
+        typer.Option(
+            "-o",
+            "--output",
+            help="write DIR/plan.json and its report (index.html, report.md) and keep the store in DIR/store",
+        ),
     ] = None,
     fmt: FormatOpt = None,
     block_size: BlockSizeOpt = None,
@@ -151,10 +156,21 @@ def plan(
     result["search"]["what_if"] = [c.text for c in changes]
     if output is not None:
         write_plan(output, result)
+        _write_report(output, prices, tr)
     if as_json:
         print_json(result)
     else:
         typer.echo(format_text(result))
+
+
+def _write_report(output: Path, prices: Any, trace: Any) -> None:
+    """The plan's report into ``output`` beside ``plan.json`` and the store (docs/reports.md);
+    it replaces only its own files. Priced as the plan was, on the trace it planned on."""
+    from simulator.reports import ReportOptions, build_report
+    from simulator.reports.recommend import Prices as ReportPrices
+
+    report_prices = ReportPrices(prices.gpu_gib_hour, prices.host_gib_hour)
+    build_report(output, output, ReportOptions(prices=report_prices, loaded_trace=trace))
 
 
 def _prices(gpu: float, host: float, cls: Any) -> Any:

@@ -31,6 +31,9 @@ class ReportOptions:
     fmt: str | None = None
     block_size: int | None = None
     top: int = 10
+    # The trace itself, already loaded: `kvplan plan -o` passes the one it planned on (--limit
+    # and --what-if applied), which no file holds.
+    loaded_trace: Any = None
 
 
 def load_report_trace(source: ReportSource, opts: ReportOptions) -> Any:
@@ -40,11 +43,15 @@ def load_report_trace(source: ReportSource, opts: ReportOptions) -> Any:
     from simulator.provenance import trace_hash
     from traces import load_trace
 
+    want = source.provenance["trace_hash"]
+    if opts.loaded_trace is not None:
+        if trace_hash(opts.loaded_trace) != want:
+            raise ConfigError(f"the given trace is not the one the sweep ran on (hash {want[:16]})")
+        return opts.loaded_trace
     path = opts.trace or Path(source.provenance.get("trace_source") or "")
     if not str(path) or not Path(path).exists():
         raise ConfigError(f"the sweep's trace {str(path)!r} is not here: give it with --trace")
     trace = load_trace(Path(path), fmt=opts.fmt, block_size=opts.block_size)
-    want = source.provenance["trace_hash"]
     if trace_hash(trace) == want:
         return trace
     served = next((p.metrics for p in source.points if p.metrics), None) or {}
@@ -55,19 +62,21 @@ def load_report_trace(source: ReportSource, opts: ReportOptions) -> Any:
 
 
 def plan_slos(plan: dict[str, Any] | None, given: str | None) -> tuple[Slo, ...]:
-    """SLOs from ``--slo``, else from ``plan.json``'s ``slo`` (a string, a list of strings or a
-    {metric: "<=X"} map)."""
+    """SLOs from ``--slo``, else from ``plan.json``'s ``slo``: the map ``kvplan plan`` writes,
+    SLO text -> {path, op, bound, value, met[, implied]} (simulator/planner/plan_report.py); the
+    implied ``failed==0`` is left out (every report already asks for no failed request)."""
     if given:
         return parse_slo(given)
-    slo = (plan or {}).get("slo")
-    if isinstance(slo, str):
-        return parse_slo(slo)
-    if isinstance(slo, list):
-        return parse_slo(",".join(map(str, slo)))
-    if isinstance(slo, dict):
-        items = [f"{k}{v}" if isinstance(v, str) else f"{k}<={v}" for k, v in slo.items()]
-        return parse_slo(",".join(items))
-    return ()
+    slo = (plan or {}).get("slo") or {}
+    if not isinstance(slo, dict):
+        raise ConfigError(f"plan.json: 'slo' is a {type(slo).__name__}, expected kvplan plan's SLO map")
+    out = []
+    for text, entry in slo.items():
+        if not isinstance(entry, dict) or not {"path", "op", "bound"} <= entry.keys():
+            raise ConfigError(f"plan.json: SLO {text!r} lacks its path, op and bound")
+        if not entry.get("implied"):
+            out.append(Slo(str(entry["path"]), str(entry["op"]), float(entry["bound"])))
+    return tuple(out)
 
 
 def plan_choice(points: tuple[Point, ...], plan: dict[str, Any], axes: tuple[str, ...]) -> Choice | None:

@@ -15,7 +15,6 @@ Memory cost is GPU KV memory plus host KV memory (all TP ranks), priced per GiB-
 from __future__ import annotations
 
 import operator
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -29,7 +28,6 @@ GIB = 1 << 30
 DEFAULT_GPU_PRICE = 0.025
 DEFAULT_HOST_PRICE = 0.004
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
-_SLO = re.compile(r"^\s*([A-Za-z0-9_.]+)\s*(<=|>=|<|>)\s*([-+0-9.eE]+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -59,16 +57,18 @@ class Slo:
 
 
 def parse_slo(text: str | None) -> tuple[Slo, ...]:
-    """``"ttft.p90<=1.0,cache_hit_rate>=0.6"`` as bounds; a malformed item is one error line."""
-    if not text:
+    """``"ttft.p90<=1.0,cache_hit_rate>=0.6"`` as bounds, parsed by the planner's SLO parser
+    (:func:`simulator.planner.slo.parse_slos`, one grammar for `plan` and `report`); a malformed
+    item is one :class:`ConfigError` line."""
+    from simulator.errors import FlagError
+    from simulator.planner.slo import parse_slos
+
+    if not text or not text.strip():
         return ()
-    out = []
-    for item in text.split(","):
-        m = _SLO.match(item)
-        if m is None:
-            raise ConfigError(f"--slo {item.strip()!r}: expected METRIC<=X or METRIC>=X (e.g. ttft.p90<=1.0)")
-        out.append(Slo(m.group(1), m.group(2), float(m.group(3))))
-    return tuple(out)
+    try:
+        return tuple(Slo(s.path, s.op, s.bound) for s in parse_slos(text))
+    except FlagError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def metric(summary: dict[str, Any] | None, path: str) -> float | None:
