@@ -1,6 +1,7 @@
 # Two commands for a fresh machine (README): each sets up what is missing, then does its job.
 #   make demo   install kvplan into .venv and run the main job on the bundled default
 #   make test   install kvplan with its test extras, build the SGLang oracle venvs, run every test
+#               (pytest-xdist: one worker per core, at most 4; a test file stays on one worker)
 # Both are idempotent: the install is redone only when pyproject.toml changed (stamp files).
 
 PYTHON ?= python3
@@ -28,4 +29,4 @@ demo: $(VENV)/.installed-base
 
 test: $(VENV)/.installed-test
 	.ci/setup_oracle.sh
-	KVPLAN_REQUIRE_ORACLE=1 $(VENV)/bin/python -m pytest -q
+	KVPLAN_REQUIRE_ORACLE=1 $(VENV)/bin/python -m pytest -q -n auto --maxprocesses 4 --dist loadfile

@@ -19,6 +19,15 @@ def shared_traces() -> Path:
     return SHARED_TRACES
 
 
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """Under pytest-xdist (``make test``) the corpus runs in a worker: carry its summary line
+    back to the controller, which prints the terminal summary."""
+    line = getattr(node, "workeroutput", {}).get("kvplan_corpus_summary")
+    if line:
+        node.config._kvplan_corpus_summary = line
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """The bad-input corpus's counts (tests/test_bad_input_corpus.py), shown without ``-s``."""
     line = getattr(config, "_kvplan_corpus_summary", None)

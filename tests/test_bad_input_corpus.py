@@ -359,5 +359,7 @@ def test_corpus_summary(request):
     )
     print(line)
     request.config._kvplan_corpus_summary = line
+    if hasattr(request.config, "workeroutput"):  # an xdist worker: the controller prints it
+        request.config.workeroutput["kvplan_corpus_summary"] = line
     if COUNTS["inputs"] == len(INPUTS) and COUNTS["flags"] == len(FLAGS["cases"]):
         assert malformed >= 215 and COUNTS["flags"] >= 300
