@@ -18,7 +18,14 @@ import typer
 
 from simulator.cli.common import DEFAULT_TRACE, JsonOpt, ProgressOpt, print_json, user_errors_exit
 from simulator.cli.server_flags import ALL_FLAGS, server_options
-from simulator.cli.trace_options import BlockSizeOpt, FormatOpt, LimitOpt, TimeScaleOpt
+from simulator.cli.trace_options import (
+    BlockSizeOpt,
+    FormatOpt,
+    LimitOpt,
+    RequestRateOpt,
+    ThinkTimeOpt,
+    TimeScaleOpt,
+)
 from simulator.engine.config import SimConfig
 from simulator.errors import FlagError
 from simulator.planner.plan_cost import DEFAULT_GPU_PRICE, DEFAULT_HOST_PRICE
@@ -101,12 +108,8 @@ def plan(
     block_size: BlockSizeOpt = None,
     limit: LimitOpt = None,
     time_scale: TimeScaleOpt = _D.time_scale,
-    request_rate: Annotated[
-        float | None, typer.Option("--request-rate", help="Poisson arrivals at this rate (req/s)")
-    ] = _D.request_rate,
-    think_time: Annotated[
-        float, typer.Option("--think-time", help="seconds between a turn's finish and its next turn")
-    ] = _D.think_time_s,
+    request_rate: RequestRateOpt = _D.request_rate,
+    think_time: ThinkTimeOpt = _D.think_time_s,
     seed: Annotated[int, typer.Option("--seed", help="seed of the runs and of --what-if sessions")] = _D.seed,
     as_json: JsonOpt = False,
     progress: ProgressOpt = True,

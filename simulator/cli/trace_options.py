@@ -20,3 +20,9 @@ FormatOpt = Annotated[
 BlockSizeOpt = Annotated[int | None, typer.Option("--block-size", help="Mooncake hash-id block size")]
 LimitOpt = Annotated[int | None, typer.Option("--limit", help="serve only the first N requests")]
 TimeScaleOpt = Annotated[float, typer.Option("--time-scale", help="multiply the trace's inter-arrival times")]
+RequestRateOpt = Annotated[
+    float | None, typer.Option("--request-rate", help="Poisson arrivals at this rate (req/s)")
+]
+ThinkTimeOpt = Annotated[
+    float, typer.Option("--think-time", help="seconds between a turn's finish and its next turn")
+]
