@@ -10,11 +10,15 @@ threshold and device eviction live in :mod:`simulator.radix.hicache_transfer`). 
 exposes more than the host hit widens the prefix and keeps the approved budget; a load that
 loaded nothing re-selects without the host hit. ``_commit_prefill_admission`` then locks the
 new last node.
+
+With an L3 tier, the storage gate of ``Scheduler._get_new_batch_prefill_raw`` comes first:
+``check_prefetch_progress`` keeps a request whose prefetch must still be waited for out of
+this pass (:meth:`~simulator.engine.hicache_l3_served.L3Steps.storage_ready`).
 """
 
 from __future__ import annotations
 
-from simulator.engine.admission import NO_TOKEN, OTHER, PrefillAdder, estimate_swa_tokens
+from simulator.engine.admission import CONTINUE, NO_TOKEN, OTHER, PrefillAdder, estimate_swa_tokens
 from simulator.engine.server_state import CLIP_MAX_NEW_TOKENS, ServerReq
 
 __all__ = ["HiCachePrefillAdder"]
@@ -30,6 +34,9 @@ class HiCachePrefillAdder(PrefillAdder):
         self.steps = steps  # simulator.engine.hicache_steps.HiCacheSteps (per-tier hits)
 
     def add_one_req(self, req: ServerReq) -> str:
+        steps = self.steps
+        if steps.l3 is not None and not steps.storage_ready(req):
+            return CONTINUE  # check_prefetch_progress: skip a request whose prefetch runs
         cache = self.cache
         cache.match(req)  # init_next_round_input: device prefix, host hits, best_match_node
         max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)

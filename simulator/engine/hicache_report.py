@@ -46,12 +46,23 @@ class HiCacheReport:
         self.exposed_load_s = steps.exposed_load_s
         s = steps.setup.resolved
         self.flags = dict(write_policy=s.write_policy, io_backend=s.io_backend, mem_layout=s.mem_layout)
+        self.l3 = None  # the L3 tier's figures (simulator.engine.hicache_l3_report)
+        if steps.l3 is not None:
+            from simulator.engine.hicache_l3_report import L3Report
+
+            self.l3 = L3Report(steps)
 
     def _bytes(self, full: int, swa: int) -> int:
         return int(full) * self.full_bpt + int(swa) * self.swa_bpt
 
     def summary(self) -> dict[str, Any]:
         """The ``hicache`` object of ``--json`` and ``summary.json``."""
+        out = self._summary()
+        if self.l3 is not None:
+            out.update(self.l3.summary())
+        return out
+
+    def _summary(self) -> dict[str, Any]:
         c = self.counts
         usage = np.array([u[1:] for u in self.usage], dtype=np.int64).reshape(-1, 2)
         dev = sum(t[0] for t in self.tiers.values())
@@ -94,12 +105,17 @@ class HiCacheReport:
         """``hicache_transfers`` (one row per copy operation) and ``hicache_host_usage`` (host
         pool use whenever it changed, at step starts and ends)."""
         rows = [(*r, self._bytes(r[5], r[6])) for r in self.records]
+        if self.l3 is not None:
+            rows += self.l3.transfer_rows()
         transfers = pd.DataFrame(rows, columns=list(TRANSFER_COLUMNS))
         usage = pd.DataFrame(self.usage, columns=list(USAGE_COLUMNS[:3]))
         full_cap, swa_cap = self.capacity
         usage["host_full_usage"] = usage["host_full_used"] / full_cap if full_cap else 0.0
         usage["host_swa_usage"] = usage["host_swa_used"] / swa_cap if swa_cap else 0.0
-        return {"hicache_transfers": transfers, "hicache_host_usage": usage}
+        out = {"hicache_transfers": transfers, "hicache_host_usage": usage}
+        if self.l3 is not None:
+            out.update(self.l3.frames())
+        return out
 
     def add_request_columns(self, requests: pd.DataFrame, reqs: list) -> None:
         """``cached_tokens_device`` / ``cached_tokens_host`` after ``cached_tokens`` (SGLang's
@@ -110,22 +126,28 @@ class HiCacheReport:
         at = requests.columns.get_loc("cached_tokens") + 1
         requests.insert(at, "cached_tokens_device", dev)
         requests.insert(at + 1, "cached_tokens_host", host)
+        if self.l3 is not None:
+            stored = np.array([tiers.get(r, (0, 0, 0))[2] for r in reqs], dtype=np.int64)
+            requests.insert(at + 2, "cached_tokens_storage", stored)
 
 
 def format_hicache(h: dict[str, Any]) -> str:
     """The text report's HiCache block."""
     gib = 1 << 30
-    return "\n".join(
-        [
-            f"HiCache (kvplan; {h['write_policy']}, io {h['io_backend']}, layout {h['mem_layout']}):",
-            f"  Host pools: full {h['host_full_used_max']}/{h['host_full_capacity']} tokens at peak, "
-            f"swa {h['host_swa_used_max']}/{h['host_swa_capacity']}",
-            f"  Cached tokens by tier: device {h['cached_tokens_device']}, host {h['cached_tokens_host']}",
-            f"  D->H: {h['d2h_bytes'] / gib:.2f} GiB per rank ({h['backups']} backups in "
-            f"{h['backup_ops']} operations); H->D: {h['h2d_bytes'] / gib:.2f} GiB per rank "
-            f"({h['load_backs']} load-backs, {h['load_exposed_s']:.3f} s added to prefills)",
-            f"  Dropped without a host copy: {h['dropped_unbacked_full_tokens']} full tokens; "
-            f"host evictions: full {h['host_evicted_full_tokens']}, "
-            f"swa {h['host_evicted_swa_tokens']} tokens",
-        ]
-    )
+    lines = [
+        f"HiCache (kvplan; {h['write_policy']}, io {h['io_backend']}, layout {h['mem_layout']}):",
+        f"  Host pools: full {h['host_full_used_max']}/{h['host_full_capacity']} tokens at peak, "
+        f"swa {h['host_swa_used_max']}/{h['host_swa_capacity']}",
+        f"  Cached tokens by tier: device {h['cached_tokens_device']}, host {h['cached_tokens_host']}",
+        f"  D->H: {h['d2h_bytes'] / gib:.2f} GiB per rank ({h['backups']} backups in "
+        f"{h['backup_ops']} operations); H->D: {h['h2d_bytes'] / gib:.2f} GiB per rank "
+        f"({h['load_backs']} load-backs, {h['load_exposed_s']:.3f} s added to prefills)",
+        f"  Dropped without a host copy: {h['dropped_unbacked_full_tokens']} full tokens; "
+        f"host evictions: full {h['host_evicted_full_tokens']}, "
+        f"swa {h['host_evicted_swa_tokens']} tokens",
+    ]
+    if "storage_backend" in h:
+        from simulator.engine.hicache_l3_report import format_l3
+
+        lines += format_l3(h)
+    return "\n".join(lines)

@@ -56,11 +56,10 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
             f"HiCache in served runs models hybrid full + sliding-window models; {cfg.model} has one "
             "KV pool (kvplan's HiCache tree is SGLang's UnifiedRadixCache with FULL and SWA)"
         )
-    if resolved.storage is not None:
-        raise ConfigError(
-            "--hicache-storage-backend in served runs: the L3 tier is not served by the engine yet "
-            "(`kvplan cache-replay` models it); drop the flag to serve the host tier alone"
-        )
+    if resolved.storage is not None:  # the L3 tier: simulator.engine.hicache_l3_served
+        from simulator.engine.hicache_l3_served import check_l3_config
+
+        check_l3_config(cfg, resolved)
     if cfg.tombstone != "unified":
         raise ConfigError(
             f"--tombstone {cfg.tombstone} with HiCache: HiCache is modelled on 0.5.23's unified tree "
@@ -115,6 +114,8 @@ class TransferRecord:
 class HiCacheSteps:
     """The scheduler's HiCache hooks for one server, with their timing and the run's figures."""
 
+    l3 = None  # the timed L3 tier (simulator.engine.hicache_l3_served.L3Steps), if any
+
     def __init__(self, cache: ServedHiCache, setup: HiCacheSetup) -> None:
         self.cache = cache
         self.setup = setup
@@ -130,8 +131,16 @@ class HiCacheSteps:
 
     @classmethod
     def build(cls, setup: HiCacheSetup, pools: Any, eviction_order: Any) -> HiCacheSteps:
-        """The hooks over a fresh controller (:func:`build_served_cache`)."""
+        """The hooks over a fresh controller (:func:`build_served_cache`); with an L3 tier,
+        :class:`~simulator.engine.hicache_l3_served.L3Steps`."""
+        if setup.resolved.storage is not None and cls is HiCacheSteps:
+            from simulator.engine.hicache_l3_served import L3Steps
+
+            return L3Steps.build(setup, pools, eviction_order)
         return cls(build_served_cache(setup, pools, eviction_order), setup)
+
+    def on_enqueue(self, req: Any) -> None:
+        """A request entered the waiting queue (the L3 subclass issues its prefetch)."""
 
     # ------------------------------------------------------------------ scheduler hooks
     def step_start(self, now: float) -> None:

@@ -167,6 +167,8 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         elif stated and req.ignore_eos and req.max_new_tokens > req.output_len:
             self._run_past_eos(req)
         self.waiting.append(req)
+        if self.hicache is not None:  # _add_request_to_queue: _prefetch_kvcache
+            self.hicache.on_enqueue(req)
         if self._wakeup is not None and not self._wakeup.triggered:
             self._wakeup.succeed()
         if self.env.now < self._interrupt_before:
@@ -492,6 +494,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         self.ratio.current = min(1.0, (decoded + 20 * len(self.running)) / (max_new + 1))
         self.retractions += len(retracted)
         self.waiting.extend(retracted)
+        if self.hicache is not None:  # _add_request_to_queue(is_retracted=True) prefetches too
+            for r in retracted:
+                self.hicache.on_enqueue(r)
         for r in aborted:
             self._abort(r, "decode memory short even after retracting all other requests")
         if retracted:

@@ -19,6 +19,7 @@ Released host slots go through SGLang's release queues, freed by the drain of a 
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -57,6 +58,7 @@ class PrefetchOp:
     pool_transfers_done: bool = True
     progress: PrefetchProgress | None = None
     deadline_expired: bool = False
+    terminated_s: float = -math.inf  # when the admission poll terminated it (timed engines)
 
     @property
     def requested_tokens(self) -> int:
