@@ -155,7 +155,8 @@ class TimedStorageController(StorageController):
         for op in self.ongoing_prefetch.values():
             if not op.terminated:
                 d = self.policy.deadline_s(op.progress)
-                if d is not None:
+                # a deadline already passed waits for the request's next poll, not a wake-up
+                if d is not None and d >= self.now_s:
                     t = min(t, math.nextafter(d, math.inf))
         return t
 
