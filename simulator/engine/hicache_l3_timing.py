@@ -31,6 +31,7 @@ import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from policies.hicache_prefetch import gate_prefetch
 from simulator.radix.hicache_prefetch_tree import PrefetchOp, StorageController, _Ack
 from simulator.radix.hicache_storage import KV, SWA, page_hash_chain
 
@@ -255,8 +256,6 @@ class TimedStorageController(StorageController):
     # ------------------------------------------------------------------ outcomes
     def issue(self, cache, req) -> None:
         """``Scheduler._prefetch_kvcache`` at queue entry, with the gate's verdict counted."""
-        from policies.hicache_prefetch import gate_prefetch
-
         before = self.ongoing_prefetch.get(req.rid)
         self.arrive(cache, req)
         op = self.ongoing_prefetch.get(req.rid)
