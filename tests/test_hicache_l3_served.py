@@ -57,7 +57,9 @@ class LinearCost:
         return (2e-3, 1e-7, 0.0, 1e-6, 0.0, 0.0, 0.0)
 
 
-def _setup(policy: str, base: float = 0.05, read_gbps: float = 0.01, lat_us: float = 1000.0) -> HiCacheSetup:
+def _setup(
+    policy: str, base: float = 0.05, read_gbps: float = 0.01, lat_us: float = 1000.0, capacity_gb: float = 0.0
+) -> HiCacheSetup:
     extra = {"prefetch_threshold": 64, "prefetch_timeout_base": base, "prefetch_timeout_per_ki_token": 0.1}
     resolved = resolve_hicache_args(
         HiCacheArgs(
@@ -69,6 +71,7 @@ def _setup(policy: str, base: float = 0.05, read_gbps: float = 0.01, lat_us: flo
             storage_read_gbps=read_gbps,
             storage_write_gbps=0.0,
             storage_op_latency_us=lat_us,
+            storage_capacity_gb=capacity_gb,
         )
     )
     transfer = HostTransferModel(get_gpu("H100"), "kernel", "page_first", POOLS.page_size)
@@ -186,6 +189,17 @@ def test_best_effort_with_instant_storage_stops_the_read_it_started():
     assert h["prefetch_outcomes"]["partial"] == 1
 
 
+def test_a_small_store_evicts_and_the_prefetch_misses():
+    # 1 MB holds 7 FULL pages: A's first pages are evicted by its later ones, D's chain misses
+    # at its first page, the hit query returns 0 and the prefetch is revoked at the drain
+    _, h, pf, prefill = _scenario(_setup("wait_complete", capacity_gb=0.001))
+    assert (pf.outcome, pf.hit_tokens) == ("revoked", 0)
+    assert prefill.t_start_s == pytest.approx(3.0 + LAT, abs=1e-12)  # waited for the query only
+    assert h["storage_counts"]["pages_evicted"] > 0
+    assert 0 < h["storage_used_bytes_max"] <= 1_000_000
+    assert h["cached_tokens_storage"] == 0
+
+
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
 def test_fast_forward_matches_the_stepped_run(policy):
     runs = [_scenario(_setup(policy), fast_forward=ff) for ff in (False, True)]
@@ -239,6 +253,18 @@ def test_trace_run_with_l3_is_deterministic_and_fast_forward_exact():
     stepped = run_config(trace, replace(cfg, fast_forward=False))
     assert stepped.summary["hicache"] == one.summary["hicache"]
     assert one.summary["hicache"]["cached_tokens_storage"] >= 0
+
+
+def test_runs_without_l3_report_no_l3_figures():
+    from simulator.run import run_config
+    from traces import load_trace
+
+    hi = HiCacheArgs(enable_hierarchical_cache=True, hicache_ratio=2.0)
+    res = run_config(load_trace(TRACE, limit=30), SimConfig(tp=2, page_size=64, hicache=hi))
+    assert "storage_backend" not in res.summary["hicache"]
+    assert "cached_tokens_storage" not in res.frames["requests"].columns
+    assert not {"hicache_prefetches", "hicache_storage_usage"} & set(res.frames)
+    assert set(res.frames["hicache_transfers"].direction) <= {"d2h", "h2d"}
 
 
 @pytest.mark.parametrize(
