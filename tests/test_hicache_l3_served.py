@@ -176,7 +176,7 @@ def test_best_effort_admits_at_the_first_poll():
     # the hit query (1 ms) has not returned at D's first poll: revoked, admitted at once
     _, h, pf, prefill = _scenario(_setup("best_effort"))
     assert prefill.t_start_s == 3.0
-    assert pf.outcome == "revoked" and pf.hit_tokens is None
+    assert pf.outcome == "revoked" and math.isnan(pf.hit_tokens)
     assert h["cached_tokens_storage"] == 0 and h["prefetch_wait_s_total"] == 0.0
 
 

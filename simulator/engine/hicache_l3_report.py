@@ -104,6 +104,9 @@ class L3Report:
     def frames(self) -> dict[str, pd.DataFrame]:
         usage = pd.DataFrame(self.usage, columns=list(STORAGE_USAGE_COLUMNS))
         prefetches = pd.DataFrame(self.prefetches, columns=list(PREFETCH_COLUMNS))
+        # NaN: the hit query never returned; "running": still in flight when the run ended
+        prefetches["hit_tokens"] = pd.to_numeric(prefetches["hit_tokens"]).astype(float)
+        prefetches["outcome"] = prefetches["outcome"].fillna("running").astype(str)
         return {"hicache_storage_usage": usage, "hicache_prefetches": prefetches}
 
 
