@@ -321,3 +321,26 @@ def test_cli_run_reports_l3_in_text_and_json():
     assert out.exit_code == 0, out.output
     h = json.loads(out.output)["hicache"]
     assert h["storage_backend"] == "file" and set(h["prefetch_outcomes"]) >= {"complete", "timed_out"}
+    # file storage without speed flags is timed with SimHiCacheStorage's defaults
+    assert (h["storage_read_gbps"], h["storage_write_gbps"], h["storage_op_latency_us"]) == (5.0, 5.0, 100.0)
+    bench = [
+        "bench-multiturn",
+        "--num-clients",
+        "4",
+        "--num-rounds",
+        "2",
+        "--request-length",
+        "512",
+        "--output-length",
+        "16",
+        "--enable-hierarchical-cache",
+        "--hicache-storage-backend",
+        "sim",
+        "--hicache-storage-prefetch-policy",
+        "wait_complete",
+        "--json",
+    ]
+    out = runner.invoke(app, bench)
+    assert out.exit_code == 0, out.output
+    h = json.loads(out.output)["hicache"]
+    assert h["prefetch_policy"] == "wait_complete" and h["h2l3_bytes"] > 0

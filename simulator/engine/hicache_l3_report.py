@@ -42,6 +42,11 @@ class L3Report:
         self.policy = st.policy.name
         self.threshold = st.prefetch_threshold
         self.capacity_bytes = params.capacity_bytes
+        self.speed = dict(
+            storage_read_gbps=params.read_gbps,
+            storage_write_gbps=params.write_gbps,
+            storage_op_latency_us=params.op_latency_s * 1e6,
+        )
         self.kv_page_bytes, self.swa_page_bytes = params.kv_page_bytes, params.swa_page_bytes
         self.io = [
             (r.direction, r.submit_s, r.start_s, r.done_s, r.ack_s, r.kv_pages * p, r.swa_pages * p)
@@ -80,6 +85,7 @@ class L3Report:
             "prefetch_policy": self.policy,
             "prefetch_threshold": self.threshold,
             "storage_capacity_bytes": self.capacity_bytes,
+            **self.speed,
             "storage_used_bytes_max": int(used.max()) if len(used) else 0,
             "storage_used_bytes_end": int(used[-1]) if len(used) else 0,
             "storage_pages_end": int(self.usage[-1][2]) if self.usage else 0,
@@ -120,7 +126,9 @@ def format_l3(h: dict[str, Any]) -> list[str]:
     return [
         f"  L3 ({h['storage_backend']}, prefetch {h['prefetch_policy']}, threshold "
         f"{h['prefetch_threshold']}): {h['storage_used_bytes_max'] / gib:.2f} GiB per rank at peak "
-        f"({cap_text}), {h['cached_tokens_storage']} cached tokens from storage",
+        f"({cap_text}), {h['cached_tokens_storage']} cached tokens from storage; timed at "
+        f"{h['storage_read_gbps']:g} GB/s read, {h['storage_write_gbps']:g} GB/s write, "
+        f"{h['storage_op_latency_us']:g} us per call (0 GB/s: unlimited)",
         f"  H->L3: {h['h2l3_bytes'] / gib:.2f} GiB per rank ({h['h2l3_ops']} backups); "
         f"L3->H: {h['l32h_bytes'] / gib:.2f} GiB per rank ({h['l32h_ops']} reads)",
         f"  Prefetches: {h['prefetch_issued']} issued (complete {o['complete']}, partial "
