@@ -126,8 +126,10 @@ class TimedStorageController(StorageController):
     def stamp(self, now: float) -> None:
         """Date the storage work queued since the last call (its threads pick it up at ``now``)."""
         for queue in (self.prefetch_queue, self.prefetch_buffer, self.backup_queue):
-            for item in queue:
-                self._queued_at.setdefault(item, now)
+            for item in reversed(queue):  # the undated items are the queue's tail
+                if item in self._queued_at:
+                    break
+                self._queued_at[item] = now
         self._start_io()
 
     def _head_done(self, queue: list, thread: str) -> float:
