@@ -12,6 +12,7 @@ page 16 x 6 x 4096 = 393,216 B; the SWA window (64) is 4 pages.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -83,18 +84,21 @@ def _req(rid: str, pages: list[int], prompt: int) -> SimRequest:
     return SimRequest(rid, np.asarray(pages, dtype=np.int64), prompt, 1)
 
 
-def _scenario(setup: HiCacheSetup, **cfg):
-    a = list(range(1000, 1030))
+def _scenario(setup: HiCacheSetup, pools: ServerPools = POOLS, late: bool = False, **cfg):
+    p = pools.page_size
+    a = list(range(1000, 1000 + 480 // p))
     requests = [
         (0.0, _req("a", a, 480)),
-        (1.0, _req("b", list(range(5000, 5057)), 900)),
-        (2.0, _req("c", list(range(6000, 6057)), 900)),
-        (3.0, _req("d", a + list(range(7000, 7010)), 640)),
+        (1.0, _req("b", list(range(5000, 5000 + 912 // p)), 900)),
+        (2.0, _req("c", list(range(6000, 6000 + 912 // p)), 900)),
+        (3.0, _req("d", a + list(range(7000, 7000 + 160 // p)), 640)),
     ]
+    if late:  # a step start at 4.0 sees the storage work still in flight after D
+        requests.append((4.0, _req("e", list(range(9000, 9000 + 64 // p)), 64)))
     env = simpy.Environment()
     rec = Recorder()
     server = ServerModel(
-        env, SimConfig(check_invariants=True, **cfg), POOLS, LinearCost(), rec, hicache=setup
+        env, SimConfig(check_invariants=True, **cfg), pools, LinearCost(), rec, hicache=setup
     )
 
     def client(t: float, req: SimRequest):
@@ -198,6 +202,25 @@ def test_a_small_store_evicts_and_the_prefetch_misses():
     assert h["storage_counts"]["pages_evicted"] > 0
     assert 0 < h["storage_used_bytes_max"] <= 1_000_000
     assert h["cached_tokens_storage"] == 0
+
+
+def test_a_timeout_mid_read_stops_before_the_next_call():
+    """Page size 1: D's 480-page read takes four calls (128, 128, 128, 96 pages). The deadline
+    falls inside the second call: that call completes, the third never starts; the landed 128
+    (acknowledged by then) are not a whole window, so nothing is inserted."""
+    pools = dataclasses.replace(POOLS, page_size=1)
+    base = 0.0876
+    frames, h, pf, _ = _scenario(_setup("timeout", base=base), pools, late=True)
+    prefill = frames["prefill_batches"].iloc[-2]  # D's (E's is the last)
+    timeout = base + 639 * (1 / 1024 * 0.1)  # requested: the 640-token prompt less one
+    call = LAT + 128 * 2 * 4096 / READ_BPS  # one 128-page call of 8 KiB pages
+    read_start = 3.0 + 4 * LAT  # the hit query's 4 batch_exists calls (480 // 128 + 1)
+    assert read_start + call < 3.0 + timeout < read_start + 2 * call
+    assert prefill.t_start_s == math.nextafter(3.0 + timeout, math.inf)
+    assert (pf.outcome, pf.host_tokens, pf.completed_tokens, pf.loaded_tokens) == ("timed_out", 480, 128, 0)
+    read = frames["hicache_transfers"].query("direction == 'l32h'").iloc[0]
+    assert read.done_s == pytest.approx(read_start + 2 * call, abs=1e-12) and read.full_tokens == 256
+    assert h["l32h_bytes"] == 256 * 2 * 4096 and h["cached_tokens_storage"] == 0
 
 
 @pytest.mark.parametrize("policy", ["wait_complete", "timeout"])
