@@ -221,7 +221,6 @@ def test_invariants_hold_during_a_served_run():
     [
         (dict(radix_eviction_policy="tlru"), "tlru"),
         (dict(tombstone="legacy"), "--tombstone legacy"),
-        (dict(disable_overlap_schedule=False), "overlap"),
     ],
 )
 def test_unserved_combinations_are_refused_in_one_line(change, match):
