@@ -28,7 +28,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from policies.eviction_order import EVICTION_ORDERS
 from simulator.cost.hicache_transfer import HostTransferModel, TransferGeometry, transfer_geometry
 from simulator.errors import ConfigError
 from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
@@ -67,13 +66,10 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
         )
     if cfg.tombstone != "unified":
         raise ConfigError(
-            f"--tombstone {cfg.tombstone} with HiCache: HiCache is modelled on 0.5.23's unified tree "
-            "(--tombstone unified) only"
-        )
-    if getattr(EVICTION_ORDERS.create(cfg.radix_eviction_policy), "tracks_depth", False):
-        raise ConfigError(
-            f"--radix-eviction-policy {cfg.radix_eviction_policy} with HiCache: it keys on branch "
-            "depths the HiCache tree does not track (SGLang's TLRU reads them from its device tree)"
+            f"--tombstone {cfg.tombstone} with HiCache: SGLang does not support it (0.5.15's "
+            "mem_cache/registry.py default_radix_cache_factory builds HiCache for a hybrid SWA model "
+            "on UnifiedRadixCache, never on the legacy SWARadixCache; 0.5.23 has no SWARadixCache); "
+            "use --tombstone unified"
         )
     from simulator.cost import load_profile
 
