@@ -11,7 +11,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import simpy
-from test_hicache_engine import POOLS, TRACE, LinearCost, _req, _setup
+from test_hicache_engine import POOLS, TRACE, LinearCost, _setup
 
 from simulator.engine.config import SimConfig
 from simulator.engine.hicache_report import HiCacheReport
@@ -36,6 +36,15 @@ class _Jumps:
             return apply(server, *args)
 
         monkeypatch.setattr(ServerModel, "_apply_overlap_jump", counting)
+
+
+def _req(rid: str, pages: list[int], prompt: int, out: int = 1) -> SimRequest:
+    """A request whose page keys cover its prompt and output (fresh keys past the prompt's, so
+    its release inserts all its KV)."""
+    p = POOLS.page_size
+    fresh = 10_000_000 + 100_000 * sum(map(ord, rid))
+    extra = max(0, -(-(prompt + out) // p) - len(pages))
+    return SimRequest(rid, np.asarray(pages + list(range(fresh, fresh + extra)), dtype=np.int64), prompt, out)
 
 
 def _serve(setup: HiCacheSetup, requests: list[tuple[float, SimRequest]], **cfg):
@@ -80,7 +89,10 @@ def _scenario(setup: HiCacheSetup, ff: bool):
     a = _req("a", list(range(1000, 1030)), 480)
     e = _req("e", list(range(1000, 1030)) + list(range(8000, 8005)), 560, out=50)
     f = _req("f", list(range(9000, 9012)), 190, out=40)
-    return _serve(setup, [(0.0, d), (0.001, a), (0.05, e), (0.3, f)], fast_forward=ff)
+    # stepped, the invariants are checked after every pass (a check turns the jump off)
+    return _serve(
+        setup, [(0.0, d), (0.001, a), (0.05, e), (0.3, f)], fast_forward=ff, check_invariants=not ff
+    )
 
 
 def test_overlap_jump_stops_before_acks_and_releases_and_matches_stepping(monkeypatch):
@@ -135,7 +147,7 @@ def test_load_back_starts_when_the_forward_in_flight_ends():
     a = _req("a", list(range(1000, 1030)), 480)
     b = _req("b", list(range(5000, 5026)), 410)  # demotes A (backed up) to the host
     c = _req("c", list(range(1000, 1030)) + list(range(7000, 7010)), 640)
-    server, rec = _serve(setup, [(0.0, d), (0.01, a), (0.2, b), (0.45, c)])
+    server, rec = _serve(setup, [(0.0, d), (0.01, a), (0.2, b), (0.45, c)], check_invariants=True)
     assert server.hicache.cache.counts["load_back_ok"] == 1
     frames = rec.report_frames()
     load = frames["hicache_transfers"].query("direction == 'h2d'").iloc[0]
