@@ -13,7 +13,11 @@ kvplan's timing: an operation starts when it is submitted or when its stream is 
 is later, and takes :class:`~simulator.cost.hicache_transfer.HostTransferModel`'s time; it is
 acknowledged at the start of the first scheduler step whose start time is at or after its
 completion. A load-back's copy is layer-wise overlapped with the prefill that waits for it
-(``exposed_load_time``). The tree itself (:class:`~simulator.radix.hicache_tree.HiCacheTree`)
+(``exposed_load_time``). Under the overlap loop both copy streams also wait for the forward in
+flight when they are submitted (``fence``: ``load_fence_stream`` / ``write_fence_stream`` are the
+model runner's ``forward_stream``, managers/scheduler.py ``init_cache_with_memory_pool``;
+``start_loading`` / ``start_writing`` in managers/cache_controller.py); the plain loop submits
+with no forward in flight. The tree itself (:class:`~simulator.radix.hicache_tree.HiCacheTree`)
 is the one ``kvplan cache-replay`` proves against SGLang.
 """
 
@@ -24,7 +28,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from policies.eviction_order import EVICTION_ORDERS
 from simulator.cost.hicache_transfer import HostTransferModel, TransferGeometry, transfer_geometry
 from simulator.errors import ConfigError
 from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
@@ -62,18 +65,10 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
         check_l3_config(cfg, resolved)
     if cfg.tombstone != "unified":
         raise ConfigError(
-            f"--tombstone {cfg.tombstone} with HiCache: HiCache is modelled on 0.5.23's unified tree "
-            "(--tombstone unified) only"
-        )
-    if not cfg.disable_overlap_schedule:
-        raise ConfigError(
-            "--enable-overlap-schedule with HiCache is not modelled yet (transfer acks are timed "
-            "for the plain scheduler loop); drop it to serve HiCache"
-        )
-    if getattr(EVICTION_ORDERS.create(cfg.radix_eviction_policy), "tracks_depth", False):
-        raise ConfigError(
-            f"--radix-eviction-policy {cfg.radix_eviction_policy} with HiCache: it keys on branch "
-            "depths the HiCache tree does not track (SGLang's TLRU reads them from its device tree)"
+            f"--tombstone {cfg.tombstone} with HiCache: SGLang does not support it (0.5.15's "
+            "mem_cache/registry.py default_radix_cache_factory builds HiCache for a hybrid SWA model "
+            "on UnifiedRadixCache, never on the legacy SWARadixCache; 0.5.23 has no SWARadixCache); "
+            "use --tombstone unified"
         )
     from simulator.cost import load_profile
 
@@ -143,13 +138,14 @@ class HiCacheSteps:
         """A request entered the waiting queue (the L3 subclass issues its prefetch)."""
 
     # ------------------------------------------------------------------ scheduler hooks
-    def step_start(self, now: float) -> None:
-        """``check_hicache_events`` at the start of a scheduler step: submit queued backups,
-        then acknowledge the operations that completed by ``now``."""
+    def step_start(self, now: float, fence: float = 0.0) -> None:
+        """``check_hicache_events`` at the start of a scheduler step: submit queued backups
+        (behind the forward in flight until ``fence``), then acknowledge the operations that
+        completed by ``now``."""
         cache = self.cache
         if cache.hicache_idle():
             return
-        self._submit("d2h", now)
+        self._submit("d2h", now, fence)
         pending_writes = cache.pending_writes()
         while len(self._writes) > pending_writes:  # acknowledged synchronously (write_back)
             self._writes.popleft().ack_s = now
@@ -162,11 +158,12 @@ class HiCacheSteps:
                     queue.popleft().ack_s = now
         self._sample(now)
 
-    def submit_loads(self, now: float) -> float:
-        """``ready_to_load_host_cache`` for a prefill batch starting at ``now``; seconds until
-        its load-back completes (0 without one)."""
-        rec = self._submit("h2d", now)
-        return 0.0 if rec is None else rec.done_s - now
+    def submit_loads(self, now: float, fence: float = 0.0) -> float:
+        """``ready_to_load_host_cache`` for a prefill batch built at ``now`` and starting at
+        ``max(now, fence)`` (overlap: when the forward in flight ends); seconds from its start
+        until its load-back completes (0 without one)."""
+        rec = self._submit("h2d", now, fence)
+        return 0.0 if rec is None else rec.done_s - max(now, fence)
 
     def prefill_time(self, load_s: float, compute_s: float) -> float:
         """The prefill step's time with its load-back overlapped layer by layer."""
@@ -176,9 +173,10 @@ class HiCacheSteps:
         self.exposed_load_s += exposed
         return compute_s + exposed
 
-    def step_end(self, now: float) -> None:
-        """``flush_pending_backups`` after the step's result processing."""
-        self._submit("d2h", now)
+    def step_end(self, now: float, fence: float = 0.0) -> None:
+        """``flush_pending_backups`` after the step's result processing (overlap: the copy
+        waits for the forward launched before it, ending at ``fence``)."""
+        self._submit("d2h", now, fence)
         self._sample(now)
 
     def next_completion(self) -> float:
@@ -192,7 +190,8 @@ class HiCacheSteps:
 
     def jump_deadline(self) -> float:
         """The latest time a fast-forwarded decode step may end before the next ack: steps ending
-        strictly before the next completion (the step starting at or after it acknowledges)."""
+        strictly before the next completion (the step starting at or after it acknowledges).
+        The overlap jump reads it as the latest start of its last pass (``overlap_jump.py``)."""
         t = self.next_completion()
         return math.nextafter(t, -math.inf) if t < math.inf else t
 
@@ -204,6 +203,17 @@ class HiCacheSteps:
             k = min(k, r.output_len - r.num_outputs)
         return k
 
+    @staticmethod
+    def bound_overlap_jump(k: int, in_flight: str, finish_passes: list[int]) -> int:
+        """An overlap decode jump (passes ``0 .. m-1``, ``m <= k``) ends with the first pass
+        that releases a request (pass ``finish_passes[i]`` processes request ``i``'s finish):
+        the backups its release queues are submitted by that pass's ``flush_pending_backups``
+        (``process_batch_result``), which the loop runs after the jump. With a prefill batch in
+        flight (``in_flight``), pass 0's checkpoints queue backups at once: 0, step it."""
+        if in_flight != "decode":
+            return 0
+        return min(k, min(finish_passes, default=k) + 1)
+
     def record_tiers(self, req: Any) -> None:
         """``split_cached_prefix_by_tier`` at the request's first admission (SGLang computes the
         breakdown once, in ``prepare_for_extend``): host = min(prefix, host hit, host loaded)."""
@@ -214,8 +224,9 @@ class HiCacheSteps:
         self.tiers[sim] = (req.prefix_len - host, host)
 
     # ------------------------------------------------------------------ internals
-    def _submit(self, direction: str, now: float) -> TransferRecord | None:
-        """Submit the queued operation of ``direction`` (``d2h`` / ``h2d``) and time it."""
+    def _submit(self, direction: str, now: float, fence: float = 0.0) -> TransferRecord | None:
+        """Submit the queued operation of ``direction`` (``d2h`` / ``h2d``) and time it: it
+        starts once its stream is free and the forward it is fenced behind (``fence``) ended."""
         sizes = self.cache.submit(direction)
         if sizes is None:
             return None
@@ -224,7 +235,7 @@ class HiCacheSteps:
             seconds = self.transfer.backup_time(self.geometry, full, swa)
         else:
             seconds = self.transfer.load_time(self.geometry, full, swa)
-        start = max(now, self._free[direction])
+        start = max(now, fence, self._free[direction])
         rec = TransferRecord(direction, now, start, start + seconds, full, swa)
         self._free[direction] = rec.done_s
         (self._writes if direction == "d2h" else self._loads).append(rec)

@@ -45,6 +45,8 @@ class OverlapMixin(OverlapJumpMixin):
         while True:
             if self.on_pass is not None:
                 self.on_pass()
+            if self.hicache is not None:  # _process_hicache_events, behind the forward in flight
+                self.hicache.step_start(self.env.now, 0.0 if pending is None else pending.end)
             if pending is not None and self.chunked is not None and self.chunked in pending.reqs:
                 # stash_chunked_request: the in-flight chunk is checkpointed when the next batch
                 # is scheduled
@@ -59,12 +61,16 @@ class OverlapMixin(OverlapJumpMixin):
                 if plan is not None:  # passes of quiet decode steps at once
                     reqs, t0, t1 = yield from self._overlap_fast_forward(pending, plan)
                     pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, ())
+                    if self.hicache is not None:  # the last pass's flush_pending_backups
+                        self.hicache.step_end(self.env.now, t1)
                     continue
                 launched = self._launch_decode(start)
             if pending is not None:
                 if pending.end > self.env.now:
                     yield self.env.timeout(pending.end - self.env.now)
                 self._process_launched(pending)
+                if self.hicache is not None:  # flush_pending_backups, behind the launched batch
+                    self.hicache.step_end(self.env.now, 0.0 if launched is None else launched.end)
             elif launched is None:
                 if self.idle:
                     self._on_idle()  # no batch in this pass nor the last one
@@ -72,17 +78,24 @@ class OverlapMixin(OverlapJumpMixin):
                     yield self._wakeup
                     self._wakeup = None
                 elif not self.running:
-                    self._abort_unservable()
+                    if self.hicache is not None and self.hicache.next_completion() < math.inf:
+                        yield from self._await_transfer()  # a HiCache ack may unlock room
+                    else:
+                        self._abort_unservable()
             pending = self.in_flight = launched
 
     def _launch_prefill(self, batch: list[ServerReq], start: float):
         if self.ops is not None:
             self._begin_prefill_step(batch, start)
+        hicache = self.hicache  # ready_to_load_host_cache: the copy waits for the forward in flight
+        load_s = 0.0 if hicache is None else hicache.submit_loads(self.env.now, start)
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
             return None
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
+        if hicache is not None:
+            dur = hicache.prefill_time(load_s, dur)
         # the scheduler merges the prefilled requests into the next decode batch right away
         self._prefill_joins(batch)
         for r in batch:

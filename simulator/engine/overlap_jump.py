@@ -109,6 +109,8 @@ class OverlapJumpMixin:
         if sum(got) != len(live):
             return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
+        if self.hicache is not None:  # no release before its last pass (hicache_steps)
+            k = self.hicache.bound_overlap_jump(k, pending.kind, R)
         return _Plan(batch, outs, got, R, n, k) if k > 1 else None
 
     def _overlap_fast_forward(self, pending, plan: _Plan):
@@ -120,6 +122,8 @@ class OverlapJumpMixin:
         start = pending.end
         seqs = [r.kv_allocated_len for r in batch]
         arrival = self._next_arrival if self._next_arrival > now else math.inf
+        if self.hicache is not None:  # every pass of the jump starts before the next ack
+            arrival = min(arrival, self.hicache.jump_deadline())
         segments, clock = self._price_jump(seqs, [x - 1 for x in n], plan.k, start, arrival, beyond=1)
         lag = _LaggedClock(clock, start)
         m = clock.steps

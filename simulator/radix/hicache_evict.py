@@ -66,6 +66,8 @@ class HiCacheEvict:
     def _remove_from_parent(self, node: HNode) -> None:
         del node.parent.children[node.key.item(0)]
         self.full_host_duplicates.pop(node.id, None)
+        if self._depth_hooks:
+            self.eviction_order.on_deleted(node)
 
     def _release_all_layers(self, node: HNode, tracker: Counter) -> None:
         """``utc._release_all_component_layers`` (device frees counted)."""

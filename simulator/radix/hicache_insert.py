@@ -135,6 +135,8 @@ class HiCacheInsert:
         leaf = self._new_node(rem, length, priority)
         leaf.parent = node
         node.children[rem.item(0)] = leaf
+        if self._depth_hooks:  # utc._add_new_node: _set_tlru_lens_and_raise_history
+            self.eviction_order.on_node_added(leaf, node)
         if self.storage is not None:  # utc: compute_node_hash_values when storage is on
             self.storage.hash_new_node(leaf)
         leaf.full = True

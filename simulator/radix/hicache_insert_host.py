@@ -93,6 +93,8 @@ class HostInsert:
         leaf.hash_value = hashes[off:]
         leaf.full_host = True
         node.children[rem.item(0)] = leaf
+        if tree._depth_hooks:  # utc: a host-only insert sets the tlru lens too
+            tree.eviction_order.on_node_added(leaf, node)
         tree._update_leaf(leaf)
         tree._update_leaf(node)
         return prefix_len, leaf, False

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.errors import ConfigError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.hicache_evict import HiCacheEvict
 from simulator.radix.hicache_insert import HiCacheInsert
@@ -56,10 +55,9 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         host_swa_tokens: int,
         load_back_threshold: int = 10,
     ) -> None:
-        if getattr(eviction_order, "tracks_depth", False):
-            raise ConfigError(
-                f"--radix-eviction-policy {eviction_order.name} is not modelled with HiCache yet"
-            )
+        # tlru keys on branch depths: told of every node added, split or deleted, as
+        # unified_tree_core.py keeps ``_tlru_*`` lens on the nodes HiCache shares
+        self._depth_hooks = bool(getattr(eviction_order, "tracks_depth", False))
         self.page_size = page_size
         self.window = window
         self.allocator = allocator
@@ -203,6 +201,8 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         new.swa_uuid, child.swa_uuid = child.swa_uuid, None
         new.swa_host_uuid, child.swa_host_uuid = child.swa_host_uuid, None
         new.parent.children[new.key.item(0)] = new
+        if self._depth_hooks:  # utc._split_node: the tlru lens of the upper part
+            self.eviction_order.on_split(new, child)
         if child.wt_pending is not None:
             new.wt_pending = child.wt_pending
             self._replace_pending_write_through_node(child.wt_pending, child, (new, child))
