@@ -206,8 +206,8 @@ SERVER_FLAGS: tuple[ServerFlag, ...] = (
     ServerFlag(
         "enable_hierarchical_cache",
         ("--enable-hierarchical-cache", "--enable-hicache"),
-        "HiCache: a host (L2) tier behind the device KV pools (pools: sizes it; served runs "
-        "refuse it until the engine serves it)",
+        "HiCache: a host (L2) tier behind the device KV pools, and a storage (L3) tier with "
+        "--hicache-storage-backend",
         group="hicache",
     ),
     ServerFlag(

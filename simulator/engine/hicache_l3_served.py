@@ -87,9 +87,10 @@ class L3Steps(HiCacheSteps):
         """``_add_request_to_queue``: the prefetch is issued at the next step start."""
         self._arrivals.append(req)
 
-    def step_start(self, now: float) -> None:
+    def step_start(self, now: float, fence: float = 0.0) -> None:
         """Issue the arrivals' prefetches, then ``check_hicache_events`` every step (the
-        storage threads' due work, the L2 acks, the storage drain)."""
+        storage threads' due work, the L2 acks, the storage drain); ``fence`` as in
+        :meth:`HiCacheSteps.step_start` (L3 is refused under the overlap loop, so 0 today)."""
         st, cache = self.l3, self.cache
         st.now_s = now
         if self._arrivals:
@@ -100,7 +101,7 @@ class L3Steps(HiCacheSteps):
         st.stamp(now)
         if cache.hicache_idle() and not st.busy():
             return
-        self._submit("d2h", now)
+        self._submit("d2h", now, fence)
         pending_writes = cache.pending_writes()
         while len(self._writes) > pending_writes:  # acknowledged synchronously (write_back)
             self._writes.popleft().ack_s = now
@@ -113,9 +114,9 @@ class L3Steps(HiCacheSteps):
         st.stamp(now)
         self._sample(now)
 
-    def step_end(self, now: float) -> None:
+    def step_end(self, now: float, fence: float = 0.0) -> None:
         self.l3.now_s = now
-        super().step_end(now)
+        super().step_end(now, fence)
         self.l3.stamp(now)  # work queued inside the step (write_back's synchronous acks)
 
     def next_completion(self) -> float:
