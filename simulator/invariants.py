@@ -13,7 +13,10 @@ from simulator.errors import InternalError
 
 
 class InvariantViolation(InternalError):
-    def __init__(self, errors: list[str]) -> None:
+    def __init__(self, errors: list[str] | str) -> None:
+        # simpy re-creates an exception raised inside a process from its args (the joined
+        # message): take that string as one error, not as a list of characters
+        errors = [errors] if isinstance(errors, str) else errors
         self.errors = errors
         super().__init__(
             "; ".join(errors[:10]) + (f" (+{len(errors) - 10} more)" if len(errors) > 10 else "")

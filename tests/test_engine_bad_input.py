@@ -118,3 +118,20 @@ def test_a_broken_invariant_is_a_kvplan_bug_shown_with_its_traceback(tmp_path, m
     assert "Traceback (most recent call last)" in res.stderr and "check_invariants" in res.stderr
     assert "InvariantViolation: FULL leak" in res.stderr
     assert res.stderr.rstrip().endswith("please report it with the command line and the traceback above")
+
+
+def test_invariant_violation_raised_inside_a_simpy_process_keeps_its_message():
+    """simpy re-raises a process's exception re-created from its args: the message must stay
+    the joined errors, not a '; '-join of its characters."""
+    from simulator.invariants import InvariantViolation
+
+    env = simpy.Environment()
+
+    def proc():
+        yield env.timeout(1)
+        raise InvariantViolation(["FULL pool: 3 pages leaked", "SWA list out of order"])
+
+    env.process(proc())
+    with pytest.raises(InvariantViolation) as info:
+        env.run()
+    assert str(info.value) == "FULL pool: 3 pages leaked; SWA list out of order"
