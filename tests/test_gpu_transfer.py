@@ -52,8 +52,10 @@ COMBOS = [
     ("page_first_direct", "direct", "cxx_pitched"),
     ("layer_first", "hybrid", "cxx"),
     ("page_first_direct", "hybrid", "cxx"),
+    ("layer_first", "hybrid", "split"),
+    ("page_first_direct", "hybrid", "split"),
 ]
-NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged")
+NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged", "split")
 
 
 def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
@@ -130,12 +132,23 @@ def _small_cuda_config(impl: str):
 
 
 def _run_case(
-    layout, backend, impl, direction, scope, device, seed, geo=None, config=None, extra=None, run=1
+    layout,
+    backend,
+    impl,
+    direction,
+    scope,
+    device,
+    seed,
+    geo=None,
+    config=None,
+    extra=None,
+    run=1,
+    alloc=None,
 ):
     _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
-    host = build_host_pool(geo, layout, pin=device != "cpu")
+    host = build_host_pool(geo, layout, pin=device != "cpu", alloc=alloc)
     dev = build_device_pool(geo, device, stacked=impl in ("pitched", "cxx_pitched"))
     try:
         for t in (host.k, host.v, *dev.k, *dev.v):
@@ -159,7 +172,7 @@ def _run_case(
             _bits(t).fill_(POISON)
         uses_triton = impl.startswith("triton") or backend == "hybrid"
         kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
-        if impl in ("cuda", "cuda_bulk", "cxx", "staged"):
+        if impl in ("cuda", "cuda_bulk", "cxx", "staged", "split"):
             kwargs = {"config": config or _small_cuda_config(impl)}
         kwargs |= extra or {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
@@ -328,6 +341,46 @@ def test_cxx_copies_on_several_streams(layout, backend, impl, direction):
     """Copies split over 3 issuing threads and streams, batches of at most 3 copies."""
     extra = {"streams": 3, "max_batch": 3, "dma_fraction": 0.6}
     _run_case(layout, backend, impl, direction, "all", "cuda", seed=9, extra=extra)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("streams,max_batch", [(1, 0), (4, 2)])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_cxx_copies_sorted_by_host_page(streams, max_batch, direction):
+    """Pages reordered by host id before issue (pairs kept together), plain and in page runs."""
+    extra = {"streams": streams, "max_batch": max_batch, "sort": True, "side": True}
+    for seed, run in ((21, 1), (22, 3)):
+        _run_case(
+            "layer_first", "direct", "cxx_batch", direction, "all", "cuda", seed=seed, extra=extra, run=run
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("streams", [1, 3])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_split_transfer_every_share(fraction, streams, direction):
+    """Engines for none, some or all of the pages, the row kernel for the rest; twice with the
+    same index tensors (the second call reuses the cached split)."""
+    extra = {"dma_fraction": fraction, "streams": streams, "max_batch": 2}
+    for scope in ("one", "all"):
+        _run_case("layer_first", "hybrid", "split", direction, scope, "cuda", seed=31, extra=extra)
+
+
+@pytest.mark.parametrize("alloc", ["malloc", "thp", "auto"])
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
+def test_transfer_from_each_host_allocation(alloc, layout):
+    """Pools on 2 MiB-page mappings move the same rows as on torch.empty (references on CPU;
+    pinned and through the copy engines where CUDA is)."""
+    device = "cuda" if HAS_CUDA else "cpu"
+    backend, impl = ("direct", "reference") if layout == "page_first_direct" else ("kernel", "reference")
+    if HAS_CUDA:
+        backend, impl = "direct", "cxx_batch"
+        layout = "page_first_direct" if layout == "page_first" else layout
+    for direction in ("h2d", "d2h"):
+        _run_case(layout, backend, impl, direction, "all", device, seed=41, alloc=alloc)
 
 
 def test_staged_transfer_refuses_layer_first():
