@@ -73,6 +73,7 @@ def library() -> ctypes.CDLL:
         _INT,
         _INT,
         _PTR,
+        _INT,
     ]
     lib.kvt_ce_pages.argtypes = [
         _PTR,

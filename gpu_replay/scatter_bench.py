@@ -28,6 +28,7 @@ import platform
 import statistics
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -36,7 +37,13 @@ from gpu_replay.cuda_build import library
 from gpu_replay.geometry import GIB, cap_rank, rank_geometry
 from gpu_replay.host_alloc import huge_fraction
 from gpu_replay.pools import build_device_pool, build_host_pool
-from gpu_replay.transfer_cuda import CudaConfig, CudaRowsTransfer, CxxCopyTransfer, HybridCxxTransfer
+from gpu_replay.transfer_cuda import (
+    CudaBulkTransfer,
+    CudaConfig,
+    CudaRowsTransfer,
+    CxxCopyTransfer,
+    HybridCxxTransfer,
+)
 from gpu_replay.transfer_split import SplitTransfer
 
 PREFIXES = (1024, 2048, 4096, 8192, 16384, 32768)
@@ -76,6 +83,16 @@ def _gated(fn, reps: int, gate_s: float, lib) -> tuple[list[float], list[float]]
         e.synchronize()
         exe.append(s.elapsed_time(e) / 1e3)
     return exe, issue
+
+
+TMA_SHAPES = {  # bulk-async (TMA 1D) ring: blocks per SM, bytes per bulk op, ring stages
+    "tma[1x32k4]": CudaConfig(blocks_per_sm=1, chunk=32 << 10, stages=4),
+    "tma[1x32k6]": CudaConfig(blocks_per_sm=1, chunk=32 << 10, stages=6),
+    "tma[1x16k8]": CudaConfig(blocks_per_sm=1, chunk=16 << 10, stages=8),
+    "tma[2x16k4]": CudaConfig(blocks_per_sm=2, chunk=16 << 10, stages=4),
+    "tma[2x8k8]": CudaConfig(blocks_per_sm=2, chunk=8 << 10, stages=8),
+    "tma[4x8k4]": CudaConfig(blocks_per_sm=4, chunk=8 << 10, stages=4),
+}
 
 
 def _gbps(nbytes: int, secs: list[float]) -> dict:
@@ -295,9 +312,8 @@ def _layer_movers(s: Setup, kind: str, variants: str) -> dict:
         "sm[2x256u8]": (_sm(s, kind, CudaConfig()), True),
         "ce[s4sorted]": (_ce(s, kind, 4, True), False),
     }
-    for frac in (0.3, 0.45, 0.55, 0.7):
-        movers[f"split[{frac}s4]"] = (_split(s, kind, frac), False)
-    movers["split[0.45s2]"] = (_split(s, kind, 0.45, streams=2), False)
+    for frac, n in ((0.2, 2), (0.3, 2), (0.45, 2), (0.3, 4), (0.45, 4), (0.55, 4), (0.7, 4)):
+        movers[f"split[{frac}s{n}]"] = (_split(s, kind, frac, streams=n), False)
     return movers
 
 
@@ -362,6 +378,7 @@ def overlap(s: Setup, res: list, kinds, variants: str, prefixes=(4096, 32768)) -
             movers = {
                 "sm[2x256u8]": (_sm(s, kind, CudaConfig()), True),
                 "ce[s4sorted]": (_ce(s, kind, 4, True), False),
+                "split[0.3s2]": (_split(s, kind, 0.3, streams=2), False),
                 "split[0.45s4]": (_split(s, kind, 0.45), False),
             }
         for prefix in prefixes:
@@ -381,8 +398,173 @@ def overlap(s: Setup, res: list, kinds, variants: str, prefixes=(4096, 32768)) -
                     )
 
 
-def _overlap_case(s: Setup, mover, hi, di, attn, t_attn: float, order: str = "load_first") -> dict:
-    side, main = torch.cuda.Stream(), torch.cuda.current_stream()
+def tma(s: Setup, reps: int, gate_s: float, res: list, kinds) -> None:
+    """The bulk-async (TMA) page copies on 2 MiB host pages: gated bulk, bulk, per-layer 4k-32k;
+    the row kernel and split transfers with one issuing stream beside them."""
+    with torch.cuda.stream(torch.cuda.Stream()):  # a load stream (PDL wants a non-legacy one)
+        _tma(s, reps, gate_s, res, kinds)
+
+
+def _check_pdl(s: Setup, kind: str, name: str, m) -> str:
+    """Per-layer loads with programmatic dependent launch land every row of every layer."""
+    hi, di = s.indices(64, True)
+    for lay in range(s.geo.layer_num):
+        s.dev.k[lay][di] = -7
+        s.dev.v[lay][di] = -7
+    for lay in range(s.geo.layer_num):
+        m(hi, di, (lay,), "h2d")
+    torch.cuda.synchronize()
+    host, h = s.hosts[kind], hi.cpu()
+    ok = all(
+        _same(s.dev.k[i][di], host.k[i][h]) and _same(s.dev.v[i][di], host.v[i][h])
+        for i in range(s.geo.layer_num)
+    )
+    return f"{kind} {name}: {'ok' if ok else 'MISMATCH'}"
+
+
+def _tma(s: Setup, reps: int, gate_s: float, res: list, kinds) -> None:
+    layers = tuple(range(s.geo.layer_num))
+    lib = library()
+    for kind in kinds:
+        host = s.hosts[kind]
+        movers = {name: (CudaBulkTransfer(host, s.dev, cfg), True) for name, cfg in TMA_SHAPES.items()}
+        movers["sm[2x256u8]"] = (_sm(s, kind, CudaConfig()), True)
+        for name in ("tma[1x32k4]", "tma[2x8k8]"):
+            movers[name + "pdl"] = (CudaBulkTransfer(host, s.dev, replace(TMA_SHAPES[name], pdl=True)), True)
+        movers["sm[2x256u8]pdl"] = (_sm(s, kind, CudaConfig(pdl=True)), True)
+        movers["sm[4x256u8]pdl"] = (_sm(s, kind, CudaConfig(blocks_per_sm=4, pdl=True)), True)
+        for name in ("tma[1x32k4]pdl", "sm[2x256u8]pdl"):
+            ok = _check_pdl(s, kind, name, movers[name][0])
+            res.append(
+                {"alloc": kind, "impl": name, "kind": "check", "direction": "h2d", "gbps": 0.0, "check": ok}
+            )
+            print("check", ok, flush=True)
+        for frac in (0.2, 0.3):
+            movers[f"split[{frac}s1]"] = (_split(s, kind, frac, streams=1), False)
+        for name, (m, dev_idx) in movers.items():
+            hi, di = s.indices(512, dev_idx)
+            nbytes = 512 * s.geo.layer_num * s.geo.page_layer_bytes
+            for d in ("h2d", "d2h"):
+                row = {"alloc": kind, "impl": name, "direction": d}
+                if not name.startswith("split"):
+                    exe, _ = _gated(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), 5, gate_s, lib)
+                    res.append(row | {"kind": "gated_bulk"} | _gbps(nbytes, exe))
+                secs = _time(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), reps)
+                res.append(row | {"kind": "bulk"} | _gbps(nbytes, secs))
+            for prefix in (4096, 8192, 32768):
+                n = prefix // s.geo.page_size
+                hi, di = s.indices(n, dev_idx)
+                for d in ("h2d", "d2h"):
+
+                    def loop(m=m, h=hi, g=di, d=d):
+                        for layer in layers:
+                            m(h, g, (layer,), d)
+
+                    secs = [x / len(layers) for x in _time(loop, reps)]
+                    row = {"alloc": kind, "impl": name, "direction": d, "kind": "per_layer", "prefix": prefix}
+                    res.append(row | _gbps(n * s.geo.page_layer_bytes, secs))
+            mine = [r for r in res if r["alloc"] == kind and r["impl"] == name and r["kind"] != "check"]
+            print(
+                f"tma {kind:6s} {name:12s} "
+                + " ".join(
+                    f"{r['kind'][:5]}{r.get('prefix', '')}:{r['direction']} {r['gbps']:.1f}" for r in mine
+                ),
+                flush=True,
+            )
+
+
+PDL_SHAPES = {  # per-layer loads with programmatic dependent launch; small rings let kernels co-reside
+    "tma[1x32k4]": CudaConfig(blocks_per_sm=1, chunk=32 << 10, stages=4),
+    "tma[1x32k4]pdl": CudaConfig(blocks_per_sm=1, chunk=32 << 10, stages=4, pdl=True),
+    "tma[1x32k2]pdl": CudaConfig(blocks_per_sm=1, chunk=32 << 10, stages=2, pdl=True),
+    "tma[1x16k2]pdl": CudaConfig(blocks_per_sm=1, chunk=16 << 10, stages=2, pdl=True),
+    "tma[2x16k2]pdl": CudaConfig(blocks_per_sm=2, chunk=16 << 10, stages=2, pdl=True),
+    "sm[2x256u8]": CudaConfig(),
+    "sm[2x256u8]pdl": CudaConfig(pdl=True),
+}
+
+
+def pdl(s: Setup, reps: int, gate_s: float, res: list, kinds) -> None:
+    """Per-layer curves 1k-32k, bulk (gated and not) and overlap of the PDL launch shapes, on a
+    load stream."""
+    with torch.cuda.stream(torch.cuda.Stream()):
+        layers = tuple(range(s.geo.layer_num))
+        lib = library()
+        for kind in kinds:
+            host = s.hosts[kind]
+            movers = {
+                name: (CudaBulkTransfer(host, s.dev, cfg) if name.startswith("tma") else _sm(s, kind, cfg))
+                for name, cfg in PDL_SHAPES.items()
+            }
+            for name, m in movers.items():
+                hi, di = s.indices(512, True)
+                nbytes = 512 * s.geo.layer_num * s.geo.page_layer_bytes
+                for d in ("h2d", "d2h"):
+                    exe, _ = _gated(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), 5, gate_s, lib)
+                    res.append(
+                        {"alloc": kind, "impl": name, "direction": d, "kind": "gated_bulk"}
+                        | _gbps(nbytes, exe)
+                    )
+                for prefix in PREFIXES:
+                    hi, di = s.indices(prefix // s.geo.page_size, True)
+                    for d in ("h2d", "d2h"):
+
+                        def loop(m=m, h=hi, g=di, d=d):
+                            for layer in layers:
+                                m(h, g, (layer,), d)
+
+                        secs = [x / len(layers) for x in _time(loop, reps)]
+                        row = {
+                            "alloc": kind,
+                            "impl": name,
+                            "direction": d,
+                            "kind": "per_layer",
+                            "prefix": prefix,
+                        }
+                        res.append(row | _gbps(prefix // s.geo.page_size * s.geo.page_layer_bytes, secs))
+                mine = [r for r in res if r["alloc"] == kind and r["impl"] == name]
+                print(
+                    f"pdl {kind:6s} {name:15s} "
+                    + " ".join(
+                        f"{r['kind'][:5]}{r.get('prefix', '')}:{r['direction']} {r['gbps']:.1f}" for r in mine
+                    ),
+                    flush=True,
+                )
+    q = torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+
+    def attn():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    t_attn = statistics.median(_time(attn, 10))
+    for kind in kinds[:1]:
+        for name in ("tma[1x32k2]pdl", "sm[2x256u8]pdl"):
+            cfg = PDL_SHAPES[name]
+            m = CudaBulkTransfer(s.hosts[kind], s.dev, cfg) if name.startswith("tma") else _sm(s, kind, cfg)
+            for prefix in (4096, 32768):
+                hi, di = s.indices(prefix // s.geo.page_size, True)
+                for prio in (0, -1):
+                    for order in ("load_first", "compute_first"):
+                        row = {
+                            "alloc": kind,
+                            "impl": name,
+                            "prefix": prefix,
+                            "order": order,
+                            "priority": prio,
+                        }
+                        res.append(
+                            row | {"kind": "overlap"} | _overlap_case(s, m, hi, di, attn, t_attn, order, prio)
+                        )
+                        hidden = {
+                            x: round(y["hidden_fraction"], 3) for x, y in res[-1].items() if x.startswith("x")
+                        }
+                        print("overlap", kind, name, prefix, order, prio, hidden, flush=True)
+
+
+def _overlap_case(
+    s: Setup, mover, hi, di, attn, t_attn: float, order: str = "load_first", priority: int = 0
+) -> dict:
+    side, main = torch.cuda.Stream(priority=priority), torch.cuda.current_stream()
 
     def load(wait: bool = True):
         if wait:
@@ -491,6 +673,8 @@ def main() -> None:
         "bulk": lambda: bulk(s, args.reps, res.setdefault("bulk", []), args.variants),
         "per_layer": lambda: per_layer(s, args.reps, res.setdefault("per_layer", []), kinds, args.variants),
         "overlap": lambda: overlap(s, res.setdefault("overlap", []), kinds, args.variants),
+        "tma": lambda: tma(s, args.reps, args.gate_ms / 1e3, res.setdefault("tma", []), kinds),
+        "pdl": lambda: pdl(s, args.reps, args.gate_ms / 1e3, res.setdefault("pdl", []), kinds),
     }
     for p in parts:
         steps[p]()

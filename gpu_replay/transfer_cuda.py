@@ -56,6 +56,10 @@ class CudaConfig:
     streaming: bool = True
     chunk: int = 0  # bulk: bytes per bulk op, 0 = one page of one layer and component
     stages: int = 4  # bulk: ring depth
+    # Programmatic dependent launch: the next kernel of the stream may start while this one
+    # drains, completion order kept (kv_transfer.cu, pdl_begin); only on a stream whose earlier
+    # kernels touch none of the copied rows, such as a load stream of per-layer loads.
+    pdl: bool = False
 
 
 _SIDE_STREAMS: dict[torch.device, list[torch.cuda.Stream]] = {}
@@ -159,7 +163,7 @@ class CudaRowsTransfer:
                 self.grid,
                 cfg.block,
                 cfg.unroll,
-                int(cfg.streaming),
+                int(cfg.streaming) | (2 if cfg.pdl else 0),
                 stream,
             )
             _check(rc, "kvt_rows")
@@ -211,6 +215,7 @@ class CudaBulkTransfer:
                 cfg.stages,
                 self.grid,
                 stream,
+                int(cfg.pdl),
             )
             _check(rc, "kvt_bulk")
 

@@ -9,6 +9,12 @@ torch = pytest.importorskip("torch")
 from gpu_replay.geometry import PoolGeometry  # noqa: E402
 from gpu_replay.host_alloc import HUGE_PAGE, allocate, huge_fraction  # noqa: E402
 from gpu_replay.pools import build_host_pool  # noqa: E402
+from gpu_replay.transfer_defaults import (  # noqa: E402
+    PER_LAYER_ROWS,
+    PER_LAYER_TMA,
+    has_huge_pages,
+    per_layer_choice,
+)
 from gpu_replay.transfer_split import split_pages  # noqa: E402
 
 
@@ -109,3 +115,38 @@ def test_split_pages_takes_the_share_for_the_engines():
     assert split_pages(1, 0.3) == 0
     with pytest.raises(ValueError):
         split_pages(4, 1.5)
+
+
+def _smaps_for(pool, anon_huge_kb: int) -> str:
+    """A smaps text with one mapping per pool buffer, ``anon_huge_kb`` of each in huge pages."""
+    out = []
+    for t in (pool.k, pool.v):
+        lo = t.data_ptr() - t.data_ptr() % 4096
+        hi = lo + (t.numel() * t.element_size() + 8191) // 4096 * 4096
+        kb = (hi - lo) // 1024
+        out += [f"{lo:x}-{hi:x} rw-p 00000000 00:00 0", f"Size: {kb} kB", "KernelPageSize: 4 kB"]
+        out += [f"Rss: {kb} kB", f"AnonHugePages: {min(kb, anon_huge_kb)} kB"]
+    return "\n".join(out) + "\n"
+
+
+def test_huge_page_check_reads_each_buffer(tmp_path):
+    geo = _geo()
+    pool = build_host_pool(geo, "layer_first", pin=False, alloc="thp")
+    path = tmp_path / "smaps"
+    path.write_text(_smaps_for(pool, 1 << 30))
+    assert has_huge_pages(pool, str(path))
+    path.write_text(_smaps_for(pool, 0))
+    assert not has_huge_pages(pool, str(path))
+    assert not has_huge_pages(pool, str(tmp_path / "missing"))
+    malloc = build_host_pool(geo, "layer_first", pin=False, alloc="malloc")
+    path.write_text(_smaps_for(malloc, 1 << 30))
+    assert not has_huge_pages(malloc, str(path))  # torch.empty memory is never taken for huge
+
+
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
+def test_per_layer_choice_needs_huge_pages_and_contiguous_page_layers(layout):
+    pool = build_host_pool(_geo(), layout, pin=False, alloc="malloc")
+    assert per_layer_choice(pool, huge=False) == ("cuda", PER_LAYER_ROWS)
+    want = ("cuda", PER_LAYER_ROWS) if layout == "page_first" else ("cuda_bulk", PER_LAYER_TMA)
+    assert per_layer_choice(pool, huge=True) == want
+    assert PER_LAYER_TMA.pdl and PER_LAYER_ROWS.pdl

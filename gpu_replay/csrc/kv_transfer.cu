@@ -44,7 +44,36 @@ struct RowsArgs {
   int page;
   int rvec;  // 16-byte vectors per row
   int64_t sps, sts, dps, dts;  // page / token strides, bytes
+  int pdl;  // launched with programmatic stream serialization (see pdl_begin / pdl_end)
 };
+
+// Programmatic dependent launch (Hopper): a copy kernel lets the next kernel of its stream start
+// at once (its loads are issued while this one's last bytes drain), and waits for the kernel
+// before it to complete before it exits, so kernels still complete in stream order (an event
+// after layer i's copy still means layers <= i are done). Only for streams whose earlier kernels
+// touch none of the copied rows (a load stream): the copy may start before they finish.
+__device__ __forceinline__ void pdl_begin(int pdl) {
+  if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void pdl_end(int pdl) {
+  if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+template <typename Kernel, typename Args>
+cudaError_t launch(Kernel k, int grid, int block, size_t smem, cudaStream_t s, bool pdl, Args a) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, k, a);
+}
 
 template <bool kStream>
 __device__ __forceinline__ uint4 load16(const uint4* p) {
@@ -62,6 +91,7 @@ __device__ __forceinline__ void store16(uint4* p, uint4 v) {
 
 template <int kUnroll, bool kStream>
 __global__ void rows_kernel(RowsArgs a) {
+  pdl_begin(a.pdl);
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t n_warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -97,6 +127,7 @@ __global__ void rows_kernel(RowsArgs a) {
       }
     }
   }
+  pdl_end(a.pdl);
 }
 
 // ---- bulk-async (TMA 1D) ring ----
@@ -149,6 +180,7 @@ struct BulkArgs {
   uint32_t chunk;  // bytes per bulk op (divides page_bytes)
   int chunks_per_page;
   int stages;
+  int pdl;
 };
 
 __device__ __forceinline__ void bulk_item(const BulkArgs& a, int64_t it, const char** src, char** dst) {
@@ -165,9 +197,13 @@ __device__ __forceinline__ void bulk_item(const BulkArgs& a, int64_t it, const c
 __global__ void bulk_kernel(BulkArgs a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t bars[kMaxStages];
+  pdl_begin(a.pdl);
   if (threadIdx.x != 0) return;
   const int64_t items = a.n_pages * a.chunks_per_page * a.n_slots;
-  if (blockIdx.x >= items) return;
+  if (blockIdx.x >= items) {
+    pdl_end(a.pdl);
+    return;
+  }
   const int64_t mine = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;
   for (int s = 0; s < a.stages; ++s) mbar_init(smem_addr(&bars[s]));
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -198,6 +234,7 @@ __global__ void bulk_kernel(BulkArgs a) {
     }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  pdl_end(a.pdl);
 }
 
 // ---- copy-engine issue ----
@@ -387,36 +424,39 @@ __global__ void sleep_kernel(int64_t ns) {
 
 extern "C" {
 
-int kvt_version() { return 6; }
+int kvt_version() { return 7; }
 
+// flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_tok, int64_t sps, int64_t sts, int64_t dps, int64_t dts, int page,
-             int row_bytes, int grid, int block, int unroll, int streaming, void* stream) {
+             int row_bytes, int grid, int block, int unroll, int flags, void* stream) {
   if (row_bytes % 16 || row_bytes <= 0 || block % 32 || grid <= 0 || n_slots <= 0) return kBadArgs;
   if (n_tok == 0) return 0;
-  RowsArgs a{src_bases, dst_bases, src_idx, dst_idx, n_tok, n_slots, page, row_bytes / 16, sps, sts, dps, dts};
+  const bool streaming = flags & 1, pdl = flags & 2;
+  RowsArgs a{src_bases, dst_bases, src_idx, dst_idx, n_tok, n_slots, page, row_bytes / 16, sps, sts, dps, dts, pdl};
   if (a.rvec > 32 * unroll) return kBadArgs;
   auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t rc;
   if (unroll == 4 && streaming)
-    rows_kernel<4, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<4, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 4)
-    rows_kernel<4, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<4, false>, grid, block, 0, s, pdl, a);
   else if (unroll == 8 && streaming)
-    rows_kernel<8, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<8, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 8)
-    rows_kernel<8, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<8, false>, grid, block, 0, s, pdl, a);
   else if (unroll == 16 && streaming)
-    rows_kernel<16, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<16, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 16)
-    rows_kernel<16, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<16, false>, grid, block, 0, s, pdl, a);
   else
     return kBadArgs;
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(rc);
 }
 
 int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_pages, int64_t sps, int64_t dps, int page, int64_t page_bytes,
-             int chunk, int stages, int grid, void* stream) {
+             int chunk, int stages, int grid, void* stream, int pdl) {
   if (chunk <= 0 || chunk % 16 || page_bytes % chunk || stages < 2 || stages > kMaxStages || grid <= 0)
     return kBadArgs;
   if (n_pages == 0) return 0;
@@ -429,9 +469,8 @@ int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, co
     smem_allowed = smem;
   }
   BulkArgs a{src_bases, dst_bases, src_idx, dst_idx, n_pages, n_slots, page, sps, dps,
-             static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages};
-  bulk_kernel<<<grid, 32, smem, static_cast<cudaStream_t>(stream)>>>(a);
-  return static_cast<int>(cudaGetLastError());
+             static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages, pdl};
+  return static_cast<int>(launch(bulk_kernel, grid, 32, smem, static_cast<cudaStream_t>(stream), pdl != 0, a));
 }
 
 // One copy per (slot, run of pages adjacent on both sides): slot i moves from src_bases[i] +
