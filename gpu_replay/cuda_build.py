@@ -73,6 +73,7 @@ def library() -> ctypes.CDLL:
         _INT,
         _INT,
         _PTR,
+        _INT,
     ]
     lib.kvt_ce_pages.argtypes = [
         _PTR,
@@ -106,6 +107,20 @@ def library() -> ctypes.CDLL:
         _INT,
         _PTR,
     ]
-    for fn in (lib.kvt_rows, lib.kvt_bulk, lib.kvt_ce_pages, lib.kvt_ce_pitched):
+    lib.kvt_ce_fan.argtypes = [_PTR, _PTR, _INT, _PTR, _PTR, _I64, _I64, _I64, _I64]
+    lib.kvt_ce_fan.argtypes += [_INT, _INT, _INT, _INT, _INT, _PTR, _PTR]
+    lib.kvt_sleep.argtypes = [_I64, _PTR]
+    lib.kvt_host_alloc.argtypes = [_I64, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+    lib.kvt_host_free.argtypes = [_PTR]
+    for fn in (
+        lib.kvt_rows,
+        lib.kvt_bulk,
+        lib.kvt_ce_pages,
+        lib.kvt_ce_pitched,
+        lib.kvt_ce_fan,
+        lib.kvt_sleep,
+        lib.kvt_host_alloc,
+        lib.kvt_host_free,
+    ):
         fn.restype = _INT
     return lib

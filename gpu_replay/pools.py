@@ -10,9 +10,10 @@ Host (``pool_host/mha.py::MHATokenToKVPoolHost.init_kv_buffer``), per component 
 
 SGLang stacks K and V into one ``[2, ...]`` tensor; we keep two tensors with the same inner
 layout, which is the same memory pattern per component and allows K and V widths to differ.
-Host memory is pinned as SGLang pins it: an ordinary allocation registered with
-``cudaHostRegister`` (``pool_host/common.py::alloc_with_host_register``; torch's pinned allocator
-would round each block up to a power of two).
+Host memory is pinned as SGLang pins it: an allocation registered with ``cudaHostRegister``
+(``pool_host/common.py::alloc_with_host_register``; torch's pinned allocator would round each
+block up to a power of two). Where it comes from is ``gpu_replay.host_alloc``'s choice
+(``DEFAULT_HOST_ALLOC``: 2 MiB pages where the OS has them).
 """
 
 from __future__ import annotations
@@ -22,11 +23,23 @@ from dataclasses import dataclass, field
 import torch
 
 from gpu_replay.geometry import HOST_LAYOUTS, PoolGeometry
+from gpu_replay.host_alloc import HostBuffer, allocate
 
-__all__ = ["DevicePool", "HostPool", "PageAddressing", "build_device_pool", "build_host_pool"]
+__all__ = [
+    "DEFAULT_HOST_ALLOC",
+    "DevicePool",
+    "HostPool",
+    "PageAddressing",
+    "build_device_pool",
+    "build_host_pool",
+]
 
 # Register pinned memory in chunks of at most this many bytes (SGLANG_HICACHE_HOST_REGISTER_CHUNK_GB).
 _REGISTER_CHUNK = 8 << 30
+# Host pool memory (gpu_replay.host_alloc kinds): 2 MiB pages where the OS gives them (the SM
+# kernels' scattered PCIe reads and writes gain 3-6% on an H100, docs/benchmarks.md "GPU replay,
+# fourth session"), torch.empty otherwise.
+DEFAULT_HOST_ALLOC = "auto"
 
 
 @dataclass(frozen=True)
@@ -86,6 +99,12 @@ class HostPool:
     k: torch.Tensor
     v: torch.Tensor
     registered: list[tuple[int, int]] = field(default_factory=list)
+    buffers: list[HostBuffer] = field(default_factory=list)
+
+    @property
+    def alloc(self) -> str:
+        """The host allocation kind actually used (K's; V's is the same unless memory ran out)."""
+        return self.buffers[0].kind if self.buffers else "malloc"
 
     def layer_view(self, component: str, layer: int) -> torch.Tensor:
         """One layer's view, as SGLang's ``k_data_refs`` / ``v_data_refs``: ``[tokens, head, dim]``
@@ -119,6 +138,8 @@ class HostPool:
             for ptr, _ in self.registered:
                 cudart.cudaHostUnregister(ptr)
             self.registered.clear()
+        for b in self.buffers:
+            b.free()
 
 
 def _host_dims(geo: PoolGeometry, layout: str, dim: int) -> tuple[int, ...]:
@@ -131,15 +152,24 @@ def _host_dims(geo: PoolGeometry, layout: str, dim: int) -> tuple[int, ...]:
     raise ValueError(f"host layout {layout!r} is not one of {HOST_LAYOUTS}")
 
 
-def build_host_pool(geo: PoolGeometry, layout: str, *, pin: bool) -> HostPool:
-    """Allocate the host pool in ``layout``; ``pin`` registers it with CUDA (needs a GPU)."""
+def build_host_pool(geo: PoolGeometry, layout: str, *, pin: bool, alloc: str | None = None) -> HostPool:
+    """Allocate the host pool in ``layout`` from ``alloc`` memory (``DEFAULT_HOST_ALLOC`` when
+    None); ``pin`` registers it with CUDA (needs a GPU; ``cuda`` memory is pinned already)."""
     dtype = _dtype(geo.dtype_bytes)
-    k = torch.empty(_host_dims(geo, layout, geo.head_dim), dtype=dtype)
-    v = torch.empty(_host_dims(geo, layout, geo.v_head_dim), dtype=dtype)
-    pool = HostPool(geo=geo, layout=layout, k=k, v=v)
+    tensors, buffers = [], []
+    for dim in (geo.head_dim, geo.v_head_dim):
+        shape = _host_dims(geo, layout, dim)
+        nbytes = geo.dtype_bytes
+        for n in shape:
+            nbytes *= n
+        buf = allocate(nbytes, alloc or DEFAULT_HOST_ALLOC)
+        buffers.append(buf)
+        tensors.append(buf.tensor.view(dtype).view(shape))
+    pool = HostPool(geo=geo, layout=layout, k=tensors[0], v=tensors[1], buffers=buffers)
     if pin:
-        for buf in (k, v):
-            pool.registered.extend(_register(buf))
+        for buf, t in zip(buffers, tensors, strict=True):
+            if buf.kind != "cuda":
+                pool.registered.extend(_register(t))
     return pool
 
 

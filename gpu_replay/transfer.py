@@ -15,7 +15,9 @@ Implementations per backend:
 - hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
   beside the Triton kernel for the rest, or ("cxx") C++-issued batches beside the nvcc-built row
   kernel; ("staged") all-layer pages through a bounded device ring (row kernel + one copy-engine
-  copy per page and component, page_first_direct); indices on the CPU.
+  copy per page and component, page_first_direct); ("split") copy engines for a share of the
+  pages at the same time as the row kernel for the rest (gpu_replay/transfer_split.py);
+  indices on the CPU.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ __all__ = ["IMPLS", "KVTransfer"]
 IMPLS = {
     "kernel": ("reference", "triton", "triton_tma", "cuda", "cuda_bulk"),
     "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched"),
-    "hybrid": ("pitched", "batch", "cxx", "staged"),
+    "hybrid": ("pitched", "batch", "cxx", "staged", "split"),
 }
 
 
@@ -80,7 +82,15 @@ class KVTransfer:
                 merge=options.get("merge", True),
                 streams=options.get("streams", 1),
                 max_batch=options.get("max_batch", 0),
+                side=options.get("side", False),
+                sort=options.get("sort", False),
             )
+        if self.impl == "split":
+            from gpu_replay.transfer_split import SplitTransfer
+
+            keys = ("streams", "max_batch", "sort", "config")
+            opts = {k: options[k] for k in keys if k in options}
+            return SplitTransfer(host, dev, fraction=options.get("dma_fraction", 0.55), **opts)
         if self.impl == "staged":
             from gpu_replay.transfer_staged import StagedTransfer
 

@@ -30,6 +30,7 @@ __all__ = [
     "CxxCopyTransfer",
     "HybridCxxTransfer",
     "cuda_ext_available",
+    "side_streams",
 ]
 
 
@@ -55,6 +56,24 @@ class CudaConfig:
     streaming: bool = True
     chunk: int = 0  # bulk: bytes per bulk op, 0 = one page of one layer and component
     stages: int = 4  # bulk: ring depth
+    # Programmatic dependent launch: the next kernel of the stream may start while this one
+    # drains, completion order kept (kv_transfer.cu, pdl_begin); only on a stream whose earlier
+    # kernels touch none of the copied rows, such as a load stream of per-layer loads.
+    pdl: bool = False
+
+
+_SIDE_STREAMS: dict[torch.device, list[torch.cuda.Stream]] = {}
+
+
+def side_streams(device: torch.device, n: int) -> list[torch.cuda.Stream]:
+    """The first ``n`` copy side streams of ``device``, shared by every mover in the process:
+    each mover making its own would multiply streams past the GPU's hardware queues, where
+    unrelated streams start to wait for each other (seen as per-call cost that grew with the
+    number of movers built)."""
+    pool = _SIDE_STREAMS.setdefault(torch.device(device), [])
+    while len(pool) < n:
+        pool.append(torch.cuda.Stream(device))
+    return pool[:n]
 
 
 def _check(rc: int, what: str) -> None:
@@ -144,7 +163,7 @@ class CudaRowsTransfer:
                 self.grid,
                 cfg.block,
                 cfg.unroll,
-                int(cfg.streaming),
+                int(cfg.streaming) | (2 if cfg.pdl else 0),
                 stream,
             )
             _check(rc, "kvt_rows")
@@ -196,6 +215,7 @@ class CudaBulkTransfer:
                 cfg.stages,
                 self.grid,
                 stream,
+                int(cfg.pdl),
             )
             _check(rc, "kvt_bulk")
 
@@ -207,8 +227,10 @@ class CxxCopyTransfer:
     in one cudaMemcpyBatchAsync (off the legacy default stream, which that call refuses);
     "pitched": one cudaMemcpy2DAsync per (component, page run) covering every selected layer,
     where layers sit a constant stride apart on both sides (a stacked device pool). ``streams`` > 1
-    splits the copies over that many side streams, issued from as many host threads;
-    ``max_batch`` caps the copies per batch call (0: one call), so the engines start early."""
+    splits the copies over that many side streams, issued from as many persistent host threads
+    (the stream fan-out and fan-in done in C++); ``max_batch`` caps the copies per batch call (0:
+    one call), so the engines start early; ``sort`` orders the pages by host page id first
+    (adjacent ids merge into one copy, each engine walks host addresses upwards)."""
 
     def __init__(
         self,
@@ -219,14 +241,16 @@ class CxxCopyTransfer:
         streams: int = 1,
         max_batch: int = 0,
         side: bool = False,
+        sort: bool = False,
     ) -> None:
         if mode not in ("loop", "batch", "pitched"):
             raise ValueError(f"mode must be loop, batch or pitched, not {mode!r}")
         self.host, self.dev, self.mode, self.merge = host, dev, mode, merge
-        self.n_streams, self.max_batch, self.side = max(1, streams), max_batch, side
+        self.n_streams, self.max_batch, self.side, self.sort = max(1, streams), max_batch, side, sort
         self.lib = library()
         self.tables = _Tables(host, dev, on_device=False)
         self._side: list[torch.cuda.Stream] = []
+        self._handles: np.ndarray | None = None
 
     def _pages(self, idx: torch.Tensor) -> np.ndarray:
         page = self.host.geo.page_size
@@ -239,6 +263,9 @@ class CxxCopyTransfer:
         if self.side or self.n_streams > 1 or (self.mode == "batch" and cur.cuda_stream == 0):
             # Side streams: several issuers, a batch call (it refuses the legacy stream), or a
             # caller that runs other work beside the copies.
+            if self.mode != "pitched":
+                self._fan(host_indices, device_indices, tuple(layers), direction, cur)
+                return
             sides = self.sides_after(cur)
             self.issue(host_indices, device_indices, layers, direction, sides)
             for st in sides:
@@ -246,10 +273,44 @@ class CxxCopyTransfer:
         else:
             self.issue(host_indices, device_indices, layers, direction, [cur])
 
+    def _fan(self, host_indices, device_indices, layers: tuple[int, ...], direction: str, cur) -> None:
+        """Side streams after ``cur``, copies on them, ``cur`` after them: all in one C++ call."""
+        if self._handles is None:
+            self._side = side_streams(self.dev.k[0].device, self.n_streams)
+            self._handles = np.array([st.cuda_stream for st in self._side], dtype=np.uint64)
+        src_idx, dst_idx = _direction(direction, host_indices, device_indices)
+        sp, dp = self._pages(src_idx), self._pages(dst_idx)
+        if not sp.size:
+            return
+        streams = self._handles
+        sort = (1 if direction == "h2d" else 2) if self.sort else 0
+        page = self.host.geo.page_size
+        for comps, row_bytes in _groups(self.host):
+            sb, db, (sps, _, dps, _) = self.tables.get(comps, layers, direction)
+            rc = self.lib.kvt_ce_fan(
+                sb.ctypes.data,
+                db.ctypes.data,
+                sb.size,
+                sp.ctypes.data,
+                dp.ctypes.data,
+                sp.size,
+                sps,
+                dps,
+                page * row_bytes,
+                int(self.merge),
+                sort,
+                int(self.mode == "batch"),
+                self.max_batch,
+                len(self._side),
+                streams.ctypes.data,
+                cur.cuda_stream,
+            )
+            _check(rc, f"kvt_ce_fan {self.mode}")
+
     def sides_after(self, cur: torch.cuda.Stream) -> list[torch.cuda.Stream]:
         """The side streams, each made to wait for the work queued on ``cur`` so far."""
-        while len(self._side) < self.n_streams:
-            self._side.append(torch.cuda.Stream())
+        if len(self._side) < self.n_streams:
+            self._side = side_streams(self.dev.k[0].device, self.n_streams)
         for st in self._side:
             st.wait_stream(cur)
         return self._side

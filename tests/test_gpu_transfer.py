@@ -52,8 +52,10 @@ COMBOS = [
     ("page_first_direct", "direct", "cxx_pitched"),
     ("layer_first", "hybrid", "cxx"),
     ("page_first_direct", "hybrid", "cxx"),
+    ("layer_first", "hybrid", "split"),
+    ("page_first_direct", "hybrid", "split"),
 ]
-NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged")
+NVCC_IMPLS = ("cuda", "cuda_bulk", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx", "staged", "split")
 
 
 def _geo(head_dim: int = 16, v_head_dim: int = 16, page: int = 4) -> PoolGeometry:
@@ -130,12 +132,23 @@ def _small_cuda_config(impl: str):
 
 
 def _run_case(
-    layout, backend, impl, direction, scope, device, seed, geo=None, config=None, extra=None, run=1
+    layout,
+    backend,
+    impl,
+    direction,
+    scope,
+    device,
+    seed,
+    geo=None,
+    config=None,
+    extra=None,
+    run=1,
+    alloc=None,
 ):
     _skip_unavailable(impl, device, backend)
     geo = geo or _geo()
     gen = torch.Generator().manual_seed(seed)
-    host = build_host_pool(geo, layout, pin=device != "cpu")
+    host = build_host_pool(geo, layout, pin=device != "cpu", alloc=alloc)
     dev = build_device_pool(geo, device, stacked=impl in ("pitched", "cxx_pitched"))
     try:
         for t in (host.k, host.v, *dev.k, *dev.v):
@@ -159,7 +172,7 @@ def _run_case(
             _bits(t).fill_(POISON)
         uses_triton = impl.startswith("triton") or backend == "hybrid"
         kwargs = {"config": KernelConfig(programs=3, tok=2)} if uses_triton else {}
-        if impl in ("cuda", "cuda_bulk", "cxx", "staged"):
+        if impl in ("cuda", "cuda_bulk", "cxx", "staged", "split"):
             kwargs = {"config": config or _small_cuda_config(impl)}
         kwargs |= extra or {}
         mover = KVTransfer(host, dev, backend, impl, **kwargs)
@@ -328,6 +341,145 @@ def test_cxx_copies_on_several_streams(layout, backend, impl, direction):
     """Copies split over 3 issuing threads and streams, batches of at most 3 copies."""
     extra = {"streams": 3, "max_batch": 3, "dma_fraction": 0.6}
     _run_case(layout, backend, impl, direction, "all", "cuda", seed=9, extra=extra)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("streams,max_batch", [(1, 0), (4, 2)])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_cxx_copies_sorted_by_host_page(streams, max_batch, direction):
+    """Pages reordered by host id before issue (pairs kept together), plain and in page runs."""
+    extra = {"streams": streams, "max_batch": max_batch, "sort": True, "side": True}
+    for seed, run in ((21, 1), (22, 3)):
+        _run_case(
+            "layer_first", "direct", "cxx_batch", direction, "all", "cuda", seed=seed, extra=extra, run=run
+        )
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("fraction", [0.0, 0.3, 1.0])
+@pytest.mark.parametrize("streams", [1, 3])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_split_transfer_every_share(fraction, streams, direction):
+    """Engines for none, some or all of the pages, the row kernel for the rest; twice with the
+    same index tensors (the second call reuses the cached split)."""
+    extra = {"dma_fraction": fraction, "streams": streams, "max_batch": 2}
+    for scope in ("one", "all"):
+        _run_case("layer_first", "hybrid", "split", direction, scope, "cuda", seed=31, extra=extra)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("impl", ["cuda", "cuda_bulk"])
+def test_per_layer_loads_with_programmatic_dependent_launch(impl):
+    """One-layer loads back to back on a load stream, each kernel free to start before the one
+    before it ends: every layer's rows land, nothing else is written, and after each layer's
+    event that layer is complete."""
+    from gpu_replay.transfer_cuda import CudaConfig, cuda_ext_available
+
+    if not cuda_ext_available():
+        pytest.skip("the nvcc-built transfers need nvcc")
+    geo = PoolGeometry(
+        name="full",
+        layer_ids=tuple(range(0, 12, 2)),
+        head_num=4,
+        head_dim=64,
+        v_head_dim=64,
+        dtype_bytes=2,
+        page_size=64,
+        device_tokens=48 * 64,
+        host_tokens=80 * 64,
+    )
+    gen = torch.Generator().manual_seed(17)
+    host, dev = build_host_pool(geo, "layer_first", pin=True), build_device_pool(geo, "cuda")
+    try:
+        for t in (host.k, host.v):
+            _randomize(t, gen)
+        for t in (*dev.k, *dev.v):
+            _bits(t).fill_(POISON)
+        hp, dp = _random_pages(40, geo.host_pages, gen), _random_pages(40, geo.device_pages, gen)
+        hi, di = _token_slots(hp, geo.page_size), _token_slots(dp, geo.page_size)
+        mover = KVTransfer(host, dev, "kernel", impl, config=CudaConfig(pdl=True))
+        load = torch.cuda.Stream()
+        events = []
+        with torch.cuda.stream(load):
+            for lay in range(geo.layer_num):
+                mover.load_to_device_per_layer(hi.cuda(), di.cuda(), lay)
+                events.append(torch.cuda.Event())
+                events[-1].record()
+        for lay in range(geo.layer_num):
+            events[lay].synchronize()
+            for buf, src in ((dev.k, host.k), (dev.v, host.v)):
+                got = buf[lay].cpu()
+                assert torch.equal(_bits(got[di]), _bits(src[lay][hi])), lay
+                untouched = torch.ones(got.shape[0], dtype=torch.bool)
+                untouched[di] = False
+                assert bool((_bits(got[untouched]) == POISON).all()), lay
+    finally:
+        host.release()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not HAS_CUDA, reason="needs CUDA")
+@pytest.mark.parametrize("alloc", ["thp", "malloc"])
+def test_default_movers_move_real_rows(alloc):
+    """The measured defaults (transfer_defaults): per-layer loads on a load stream and the bulk
+    split, on a huge-page pool (TMA) and a 4 KiB one (row kernel)."""
+    from gpu_replay.transfer_cuda import cuda_ext_available
+    from gpu_replay.transfer_defaults import bulk_mover, load_mover, per_layer_choice
+
+    if not cuda_ext_available():
+        pytest.skip("the nvcc-built transfers need nvcc")
+    geo = PoolGeometry(
+        name="full",
+        layer_ids=(0, 2, 4),
+        head_num=4,
+        head_dim=64,
+        v_head_dim=64,
+        dtype_bytes=2,
+        page_size=64,
+        device_tokens=24 * 64,
+        host_tokens=40 * 64,
+    )
+    gen = torch.Generator().manual_seed(23)
+    host, dev = build_host_pool(geo, "layer_first", pin=True, alloc=alloc), build_device_pool(geo, "cuda")
+    try:
+        if alloc == "malloc":
+            assert per_layer_choice(host)[0] == "cuda"
+        for t in (host.k, host.v, *dev.k, *dev.v):
+            _randomize(t, gen)
+        hp, dp = _random_pages(9, geo.host_pages, gen), _random_pages(9, geo.device_pages, gen)
+        hi, di = _token_slots(hp, geo.page_size), _token_slots(dp, geo.page_size)
+        load, stream = load_mover(host, dev), torch.cuda.Stream()
+        with torch.cuda.stream(stream):
+            for lay in range(geo.layer_num):
+                load.load_to_device_per_layer(hi.cuda(), di.cuda(), lay)
+        stream.synchronize()
+        for lay in range(geo.layer_num):
+            assert torch.equal(_bits(dev.k[lay][di].cpu()), _bits(host.k[lay][hi]))
+            assert torch.equal(_bits(dev.v[lay][di].cpu()), _bits(host.v[lay][hi]))
+            _bits(dev.v[lay]).random_(-(1 << 14), 1 << 14)
+        bulk_mover(host, dev).backup_from_device_all_layer(hi, di)
+        torch.cuda.synchronize()
+        for lay in range(geo.layer_num):
+            assert torch.equal(_bits(dev.v[lay][di].cpu()), _bits(host.v[lay][hi]))
+    finally:
+        host.release()
+
+
+@pytest.mark.parametrize("alloc", ["malloc", "thp", "auto"])
+@pytest.mark.parametrize("layout", ["layer_first", "page_first", "page_first_direct"])
+def test_transfer_from_each_host_allocation(alloc, layout):
+    """Pools on 2 MiB-page mappings move the same rows as on torch.empty (references on CPU;
+    pinned and through the copy engines where CUDA is)."""
+    device = "cuda" if HAS_CUDA else "cpu"
+    backend, impl = ("direct", "reference") if layout == "page_first_direct" else ("kernel", "reference")
+    if HAS_CUDA:
+        backend, impl = "direct", "cxx_batch"
+        layout = "page_first_direct" if layout == "page_first" else layout
+    for direction in ("h2d", "d2h"):
+        _run_case(layout, backend, impl, direction, "all", device, seed=41, alloc=alloc)
 
 
 def test_staged_transfer_refuses_layer_first():

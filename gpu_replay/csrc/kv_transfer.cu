@@ -20,7 +20,14 @@
 #include <stdint.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <numeric>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 namespace {
@@ -37,7 +44,36 @@ struct RowsArgs {
   int page;
   int rvec;  // 16-byte vectors per row
   int64_t sps, sts, dps, dts;  // page / token strides, bytes
+  int pdl;  // launched with programmatic stream serialization (see pdl_begin / pdl_end)
 };
+
+// Programmatic dependent launch (Hopper): a copy kernel lets the next kernel of its stream start
+// at once (its loads are issued while this one's last bytes drain), and waits for the kernel
+// before it to complete before it exits, so kernels still complete in stream order (an event
+// after layer i's copy still means layers <= i are done). Only for streams whose earlier kernels
+// touch none of the copied rows (a load stream): the copy may start before they finish.
+__device__ __forceinline__ void pdl_begin(int pdl) {
+  if (pdl) asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+}
+
+__device__ __forceinline__ void pdl_end(int pdl) {
+  if (pdl) asm volatile("griddepcontrol.wait;" ::: "memory");
+}
+
+template <typename Kernel, typename Args>
+cudaError_t launch(Kernel k, int grid, int block, size_t smem, cudaStream_t s, bool pdl, Args a) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3(grid);
+  cfg.blockDim = dim3(block);
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, k, a);
+}
 
 template <bool kStream>
 __device__ __forceinline__ uint4 load16(const uint4* p) {
@@ -55,6 +91,7 @@ __device__ __forceinline__ void store16(uint4* p, uint4 v) {
 
 template <int kUnroll, bool kStream>
 __global__ void rows_kernel(RowsArgs a) {
+  pdl_begin(a.pdl);
   const int lane = threadIdx.x & 31;
   const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) >> 5;
   const int64_t n_warps = (static_cast<int64_t>(gridDim.x) * blockDim.x) >> 5;
@@ -90,6 +127,7 @@ __global__ void rows_kernel(RowsArgs a) {
       }
     }
   }
+  pdl_end(a.pdl);
 }
 
 // ---- bulk-async (TMA 1D) ring ----
@@ -142,6 +180,7 @@ struct BulkArgs {
   uint32_t chunk;  // bytes per bulk op (divides page_bytes)
   int chunks_per_page;
   int stages;
+  int pdl;
 };
 
 __device__ __forceinline__ void bulk_item(const BulkArgs& a, int64_t it, const char** src, char** dst) {
@@ -158,9 +197,13 @@ __device__ __forceinline__ void bulk_item(const BulkArgs& a, int64_t it, const c
 __global__ void bulk_kernel(BulkArgs a) {
   extern __shared__ __align__(128) unsigned char ring[];
   __shared__ __align__(8) uint64_t bars[kMaxStages];
+  pdl_begin(a.pdl);
   if (threadIdx.x != 0) return;
   const int64_t items = a.n_pages * a.chunks_per_page * a.n_slots;
-  if (blockIdx.x >= items) return;
+  if (blockIdx.x >= items) {
+    pdl_end(a.pdl);
+    return;
+  }
   const int64_t mine = (items - blockIdx.x + gridDim.x - 1) / gridDim.x;
   for (int s = 0; s < a.stages; ++s) mbar_init(smem_addr(&bars[s]));
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -191,6 +234,7 @@ __global__ void bulk_kernel(BulkArgs a) {
     }
   }
   asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+  pdl_end(a.pdl);
 }
 
 // ---- copy-engine issue ----
@@ -247,59 +291,172 @@ int issue_part(const Copies& c, size_t lo, size_t hi, int batch, size_t max_batc
   return 0;
 }
 
-// Splits the copies over n_streams streams, each issued by its own host thread.
+// ---- persistent issue threads ----
+//
+// The driver's cost per copy (0.6-1 us in a batch) exceeds a 32 KiB page's transfer time
+// (0.6 us at 55 GB/s), so one issuing thread cannot keep the copy engines busy with scattered
+// pages. Threads made per call cost tens of microseconds each (more than a one-layer load of a
+// 4k-token prefix is allowed), so the issuing threads live across calls: each spins briefly on
+// its own flag after a job (back-to-back per-layer calls find it awake), then sleeps.
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+class IssuePool {
+ public:
+  static constexpr int kMax = 16;
+
+  // fn(0) runs on the caller, fn(1..n-1) on pool threads; returns when all are done.
+  void run(int n, const std::function<void(int)>& fn) {
+    n = std::max(1, std::min(n, kMax));
+    std::lock_guard<std::mutex> guard(run_mu_);
+    while (started_ < n - 1) {
+      const int idx = ++started_;
+      std::thread([this, idx] { worker(idx); }).detach();
+    }
+    for (int i = 1; i < n; ++i) {
+      slots_[i].job = &fn;
+      slots_[i].go.store(1, std::memory_order_release);
+    }
+    if (n > 1) {
+      { std::lock_guard<std::mutex> l(mu_); }
+      cv_.notify_all();
+    }
+    fn(0);
+    for (int i = 1; i < n; ++i)
+      while (slots_[i].go.load(std::memory_order_acquire) != 0) cpu_relax();
+  }
+
+ private:
+  struct Slot {
+    std::atomic<int> go{0};
+    const std::function<void(int)>* job = nullptr;
+  };
+
+  void worker(int idx) {
+    Slot& s = slots_[idx];
+    for (;;) {
+      for (int spin = 0; s.go.load(std::memory_order_acquire) == 0; ++spin) {
+        if (spin < 20000) {
+          cpu_relax();
+          continue;
+        }
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return s.go.load(std::memory_order_acquire) != 0; });
+      }
+      (*s.job)(idx);
+      s.go.store(0, std::memory_order_release);
+    }
+  }
+
+  std::mutex run_mu_, mu_;
+  std::condition_variable cv_;
+  int started_ = 0;
+  Slot slots_[kMax];
+};
+
+IssuePool& issue_pool() {
+  static IssuePool* pool = new IssuePool();  // never destroyed: its threads outlive main's statics
+  return *pool;
+}
+
+// Splits the copies over n_streams streams, each issued by its own (persistent) host thread.
 int issue(const Copies& c, int batch, size_t max_batch, int n_streams, void* const* streams) {
   const size_t n = c.size.size();
   if (n == 0) return 0;
   if (n_streams <= 1) return issue_part(c, 0, n, batch, max_batch, static_cast<cudaStream_t>(streams[0]));
+  int device = 0;
+  cudaGetDevice(&device);
   std::vector<int> rcs(n_streams, 0);
-  std::vector<std::thread> workers;
-  for (int t = 1; t < n_streams; ++t)
-    workers.emplace_back([&, t] {
-      rcs[t] = issue_part(c, n * t / n_streams, n * (t + 1) / n_streams, batch, max_batch,
-                          static_cast<cudaStream_t>(streams[t]));
-    });
-  rcs[0] = issue_part(c, 0, n / n_streams, batch, max_batch, static_cast<cudaStream_t>(streams[0]));
-  for (auto& w : workers) w.join();
+  issue_pool().run(n_streams, [&](int t) {
+    if (t) cudaSetDevice(device);
+    rcs[t] = issue_part(c, n * t / n_streams, n * (t + 1) / n_streams, batch, max_batch,
+                        static_cast<cudaStream_t>(streams[t]));
+  });
   for (int rc : rcs)
     if (rc) return rc;
   return 0;
+}
+
+// One event per stream, made on first use and kept (fan-out / fan-in of side streams).
+cudaEvent_t stream_event(void* stream) {
+  static std::mutex mu;
+  static auto* events = new std::unordered_map<void*, cudaEvent_t>();
+  std::lock_guard<std::mutex> l(mu);
+  auto it = events->find(stream);
+  if (it != events->end()) return it->second;
+  cudaEvent_t e = nullptr;
+  if (cudaEventCreateWithFlags(&e, cudaEventDisableTiming) != cudaSuccess) return nullptr;
+  (*events)[stream] = e;
+  return e;
+}
+
+// Order of the page pairs: 0 as given, 1 by source page, 2 by destination page (stable).
+void sort_pages(const int64_t* sp, const int64_t* dp, int64_t n, int key, std::vector<int64_t>* s,
+                std::vector<int64_t>* d) {
+  std::vector<int64_t> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  const int64_t* k = key == 2 ? dp : sp;
+  if (key) std::stable_sort(order.begin(), order.end(), [k](int64_t a, int64_t b) { return k[a] < k[b]; });
+  s->resize(n);
+  d->resize(n);
+  for (int64_t i = 0; i < n; ++i) {
+    (*s)[i] = sp[order[i]];
+    (*d)[i] = dp[order[i]];
+  }
+}
+
+__global__ void sleep_kernel(int64_t ns) {
+  uint64_t t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  } while (static_cast<int64_t>(t - t0) < ns);
 }
 
 }  // namespace
 
 extern "C" {
 
-int kvt_version() { return 5; }
+int kvt_version() { return 7; }
 
+// flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_tok, int64_t sps, int64_t sts, int64_t dps, int64_t dts, int page,
-             int row_bytes, int grid, int block, int unroll, int streaming, void* stream) {
+             int row_bytes, int grid, int block, int unroll, int flags, void* stream) {
   if (row_bytes % 16 || row_bytes <= 0 || block % 32 || grid <= 0 || n_slots <= 0) return kBadArgs;
   if (n_tok == 0) return 0;
-  RowsArgs a{src_bases, dst_bases, src_idx, dst_idx, n_tok, n_slots, page, row_bytes / 16, sps, sts, dps, dts};
+  const bool streaming = flags & 1, pdl = flags & 2;
+  RowsArgs a{src_bases, dst_bases, src_idx, dst_idx, n_tok, n_slots, page, row_bytes / 16, sps, sts, dps, dts, pdl};
   if (a.rvec > 32 * unroll) return kBadArgs;
   auto s = static_cast<cudaStream_t>(stream);
+  cudaError_t rc;
   if (unroll == 4 && streaming)
-    rows_kernel<4, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<4, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 4)
-    rows_kernel<4, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<4, false>, grid, block, 0, s, pdl, a);
   else if (unroll == 8 && streaming)
-    rows_kernel<8, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<8, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 8)
-    rows_kernel<8, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<8, false>, grid, block, 0, s, pdl, a);
   else if (unroll == 16 && streaming)
-    rows_kernel<16, true><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<16, true>, grid, block, 0, s, pdl, a);
   else if (unroll == 16)
-    rows_kernel<16, false><<<grid, block, 0, s>>>(a);
+    rc = launch(rows_kernel<16, false>, grid, block, 0, s, pdl, a);
   else
     return kBadArgs;
-  return static_cast<int>(cudaGetLastError());
+  return static_cast<int>(rc);
 }
 
 int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
              const int64_t* dst_idx, int64_t n_pages, int64_t sps, int64_t dps, int page, int64_t page_bytes,
-             int chunk, int stages, int grid, void* stream) {
+             int chunk, int stages, int grid, void* stream, int pdl) {
   if (chunk <= 0 || chunk % 16 || page_bytes % chunk || stages < 2 || stages > kMaxStages || grid <= 0)
     return kBadArgs;
   if (n_pages == 0) return 0;
@@ -312,9 +469,8 @@ int kvt_bulk(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, co
     smem_allowed = smem;
   }
   BulkArgs a{src_bases, dst_bases, src_idx, dst_idx, n_pages, n_slots, page, sps, dps,
-             static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages};
-  bulk_kernel<<<grid, 32, smem, static_cast<cudaStream_t>(stream)>>>(a);
-  return static_cast<int>(cudaGetLastError());
+             static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages, pdl};
+  return static_cast<int>(launch(bulk_kernel, grid, 32, smem, static_cast<cudaStream_t>(stream), pdl != 0, a));
 }
 
 // One copy per (slot, run of pages adjacent on both sides): slot i moves from src_bases[i] +
@@ -363,5 +519,50 @@ int kvt_ce_pitched(const int64_t* src_bases, const int64_t* dst_bases, int n_com
     }
   return 0;
 }
+
+// kvt_ce_pages with the stream fan-out done here: the side streams wait for `main` (one event),
+// copies are issued by up to n_streams persistent threads (one per side stream), and `main`
+// waits for every side stream; `sort` orders the page pairs first (0 none, 1 by source page,
+// 2 by destination page) so that adjacent ids merge and each engine walks addresses upwards.
+int kvt_ce_fan(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_pages,
+               const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps, int64_t page_bytes, int merge,
+               int sort, int batch, int max_batch, int n_streams, void* const* streams, void* main) {
+  if (n_streams <= 0 || n_streams > IssuePool::kMax || n_pages < 0) return kBadArgs;
+  if (n_pages == 0) return 0;
+  std::vector<int64_t> sp, dp;
+  sort_pages(src_pages, dst_pages, n_pages, sort, &sp, &dp);
+  cudaEvent_t start = stream_event(main);
+  if (start == nullptr) return static_cast<int>(cudaErrorUnknown);
+  cudaError_t rc = cudaEventRecord(start, static_cast<cudaStream_t>(main));
+  if (rc != cudaSuccess) return static_cast<int>(rc);
+  for (int i = 0; i < n_streams; ++i) {
+    rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0);
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+  }
+  const int out = kvt_ce_pages(src_bases, dst_bases, n_slots, sp.data(), dp.data(), n_pages, sps, dps, page_bytes,
+                               merge, batch, max_batch, n_streams, streams);
+  for (int i = 0; i < n_streams; ++i) {
+    cudaEvent_t done = stream_event(streams[i]);
+    if (done == nullptr) return static_cast<int>(cudaErrorUnknown);
+    rc = cudaEventRecord(done, static_cast<cudaStream_t>(streams[i]));
+    if (rc == cudaSuccess) rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(main), done, 0);
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+  }
+  return out;
+}
+
+// A kernel that holds `stream` for `ns` nanoseconds: work queued behind it is issued before it
+// runs, so events around that work time its execution without the host's issue cost.
+int kvt_sleep(int64_t ns, void* stream) {
+  sleep_kernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(ns);
+  return static_cast<int>(cudaGetLastError());
+}
+
+// Driver-allocated pinned host memory (cudaHostAlloc), for comparison with registered pools.
+int kvt_host_alloc(int64_t bytes, unsigned flags, void** out) {
+  return static_cast<int>(cudaHostAlloc(out, static_cast<size_t>(bytes), flags));
+}
+
+int kvt_host_free(void* ptr) { return static_cast<int>(cudaFreeHost(ptr)); }
 
 }  // extern "C"
