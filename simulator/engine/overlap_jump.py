@@ -186,17 +186,18 @@ class OverlapJumpMixin:
         p = self.page_size
         forward0 = self.forward_ct
         recorded: list[JumpSegment] = []
+        # one batch list per segment: the records of one batch's steps merge into one segment
+        sims = [[batch[i].sim for i in members] for a, _, members in segments if a < m]
         if pending.kind == "decode":
             self._count_in_flight(pending)
             first, opens, frees, prev = 0, [], [], None
         else:
-            members0 = segments[0][2]
-            _, _, opens, frees = self._prefill_pass_zero(pending, plan, members0)
+            _, _, opens, frees = self._prefill_pass_zero(pending, plan, segments[0][2])
             first, opens, frees = 1, list(opens), list(frees)
-            prev = [batch[i].sim for i in members0]
+            prev = sims[0]
         head = None
         if m > first:
-            head = self._jump_steps(plan, segments, m, first, forward0, opens, frees, recorded, prev)
+            head = self._jump_steps(plan, segments, sims, m, first, forward0, opens, frees, recorded, prev)
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
             r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
         if head is not None:  # the in-flight step's record, read in pass 0
@@ -222,6 +223,7 @@ class OverlapJumpMixin:
         self,
         plan: _Plan,
         segments: list,
+        sims_of: list[list],
         m: int,
         first: int,
         forward0: int,
@@ -250,13 +252,10 @@ class OverlapJumpMixin:
         cuts = sorted(releases)
         offset_full = offset_swa = 0
         stretches = []  # (u, v, sims, #full / #swa token at step u's launch less its pages, releases)
-        for a, b, members in segments:
-            if a >= m:
-                break
+        for (a, b, members), sims in zip(segments, sims_of, strict=False):
             if b <= first:
                 continue
             reqs = [batch[i] for i in members]
-            sims = [r.sim for r in reqs]
             u, b = max(a, first), min(b, m)
             for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b]:
                 if bulk is None:  # a step may evict: SGLang's per-step sequence
