@@ -9,9 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from simulator.engine.overlap_jump import OverlapJumpMixin
+from simulator.engine.overlap_jump import OverlapJumpMixin, one_step_record
 from simulator.engine.server_state import ServerReq
 
 
@@ -186,12 +184,9 @@ class OverlapMixin(OverlapJumpMixin):
                 self._finish_overlap(r, t1)
             cache.free_group_end()
         full_used, swa_used = cache.used_tokens()
-        self.obs.on_decode_steps(
-            np.array([t1]),
-            [r.sim for r in launched.reqs],
-            np.array([full_used]),
-            np.array([swa_used]),
-            len(self.waiting),
+        sims = [r.sim for r in launched.reqs]
+        self.obs.on_decode_jump(
+            one_step_record(t1, sims, full_used, swa_used, self.page_size, len(self.waiting))
         )
         self._check()
 

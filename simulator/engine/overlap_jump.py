@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import math
 
-import numpy as np
 import simpy
 
 from simulator.engine.decode_clock import DecodeClock
@@ -49,6 +48,24 @@ class _LaggedClock:
         """The step running at time ``t`` (``-1`` before ``first_end``); an end time belongs to
         the next step, as in the plain loop's jump."""
         return self.clock.steps_ended_by(t) if t >= self.first_end else -1
+
+
+class _StepClock:
+    """One decode step's end time ``t`` as a :class:`DecodeClock` piece: ``(j+1)*a + E`` with
+    ``j = 0``, ``a = t``, ``E = 0.0`` is ``t`` itself, so a one-step record in closed form
+    (:func:`one_step_record`) materialises to the very float a per-step record would hold."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, t: float) -> None:
+        self.pieces = [(0, 1, 0.0, t, 0.0)]
+
+
+def one_step_record(t: float, sims: list, full: int, swa: int, page: int, queue: int) -> DecodeJump:
+    """A decode step's record (``report_decode_stats``) as a one-step :class:`DecodeJump`:
+    the recorder keeps it in closed form with the jumps' records, without the per-step
+    arrays of ``on_decode_steps`` (the overlap loop reports one such step per admission)."""
+    return DecodeJump(_StepClock(t), 1, page, [], [], [JumpSegment(0, 1, sims, full, swa)], queue)
 
 
 class _Plan:
@@ -94,19 +111,26 @@ class OverlapJumpMixin:
         if pending.kind == "decode" and len(live) != len(batch):
             return None
         outs, got, R, n = [], [], [], []
+        gots = 0
         for r in batch:
-            o, g = r.num_outputs, 1 if id(r) in live else 0
+            o = r.num_outputs
+            g = 1 if id(r) in live else 0
             x = r.output_len - o - g
             # dropped at pass max_new - o - g (finishing by length), else in the batch until the
-            # pass that processes its finish
-            k = min(max(0, r.max_new_tokens - o - g), x + 1)
-            if k < x:
+            # pass that processes its finish: min(max(0, max_new - o - g), x + 1) steps
+            k = r.max_new_tokens - o - g
+            if k < 0:
+                k = 0
+            if k > x:
+                k = x + 1
+            elif k < x:
                 return None  # max_new_tokens below the output length: step it as it comes
             outs.append(o)
             got.append(g)
             R.append(x)
             n.append(k)
-        if sum(got) != len(live):
+            gots += g
+        if gots != len(live):
             return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
         return _Plan(batch, outs, got, R, n, k) if k > 1 else None
@@ -203,9 +227,7 @@ class OverlapJumpMixin:
         if head is not None:  # the in-flight step's record, read in pass 0
             queue = len(self.waiting) if m == 1 else 0
             sims = [r.sim for r in pending.reqs]
-            self.obs.on_decode_steps(
-                np.array([pending.end]), sims, np.array([head[0]]), np.array([head[1]]), queue
-            )
+            self.obs.on_decode_jump(one_step_record(pending.end, sims, head[0], head[1], p, queue))
         if m > 1:
             # record j reads step j + 1's launch: the page events shift one step back
             lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
@@ -255,10 +277,10 @@ class OverlapJumpMixin:
         for (a, b, members), sims in zip(segments, sims_of, strict=False):
             if b <= first:
                 continue
-            reqs = [batch[i] for i in members]
             u, b = max(a, first), min(b, m)
-            for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b]:
+            for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b] if cuts else (b,):
                 if bulk is None:  # a step may evict: SGLang's per-step sequence
+                    reqs = [batch[i] for i in members]
                     full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                         reqs, [r.kv_allocated_len for r in reqs], v - u, forward0 + u
                     )
