@@ -149,19 +149,23 @@ class OverlapJumpMixin:
         m = clock.steps
         if arrival < math.inf:  # the pass after the arrival's step in flight sees it
             m = min(m, lag.in_flight(arrival) + 2)
-        finishing = sorted((x - 1, i) for i, x in enumerate(R) if x - 1 <= m - 2)
-        chain = _FinishChain(self, batch, finishing, lag) if finishing else None
-        if chain is not None:
+        finishing = [(x - 1, i) for i, x in enumerate(R) if x < m]
+        chain = None
+        if finishing:
+            finishing.sort()
+            chain = _FinishChain(self, batch, finishing, lag)
             chain.limit = m - 1  # the finishes the jump's passes process
         self._interrupt_before = lag.end(m - 3)  # an arrival later than that changes nothing
+        last_pass = lag.end(m - 2)  # when pass m - 1 processes step m - 2
         try:
-            yield self.env.timeout(lag.end(m - 2) - now)
+            yield self.env.timeout(last_pass - now)
         except simpy.Interrupt:
             self._interrupt_before = -math.inf
             m = min(m, lag.in_flight(self.env.now) + 2)
             if chain is not None:
                 chain.limit = m - 1
-            remaining = lag.end(m - 2) - self.env.now
+            last_pass = lag.end(m - 2)
+            remaining = last_pass - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
         finally:
@@ -170,7 +174,7 @@ class OverlapJumpMixin:
         self._overlap_jump_flags(plan, m)
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
         self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
-        return left, lag.end(m - 2), clock.end(m - 1)
+        return left, last_pass, clock.end(m - 1)
 
     def _count_in_flight(self, pending) -> None:
         """Pass 0 processes the decode step that was in flight: its counters (its record comes
@@ -206,7 +210,7 @@ class OverlapJumpMixin:
         window frees, the results a pass processes after launching its step; the records of the
         steps whose results those passes process (:class:`DecodeJump`), usage read as rule 8
         reads it (after the next step's launch and the pass's releases)."""
-        batch, R, n = plan.batch, plan.R, plan.n
+        batch, R = plan.batch, plan.R
         p = self.page_size
         forward0 = self.forward_ct
         recorded: list[JumpSegment] = []
@@ -238,8 +242,6 @@ class OverlapJumpMixin:
         self.forward_ct = forward0 + m
         self.decode_steps += m - 1
         self.ratio.on_decode_steps(m)
-        # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
-        self.overlap_extra_slots += sum(1 for x, k in zip(R, n, strict=True) if k > x and x <= m - 2)
 
     def _jump_steps(
         self,
@@ -315,18 +317,25 @@ class OverlapJumpMixin:
         return after[0] - before[0], after[1] - before[1]
 
     def _overlap_jump_flags(self, plan: _Plan, m: int) -> None:
-        """``batch_is_full`` and the left-request mark as passes ``0 .. m-1`` leave them: the
-        flag clears when a pass drops a request finishing by length
+        """``batch_is_full``, the left-request mark and the extra-slot count as passes
+        ``0 .. m-1`` leave them: the flag clears when a pass drops a request finishing by length
         (``update_running_batch``), after a pass that released one, and every pass of a hybrid
         model (``get_next_batch_to_run``); the mark says pass ``m - 1`` released one."""
-        R, n = plan.R, plan.n
-        if self.batch_is_full and (
-            (self.pools.hybrid and m > 1)
-            or any(x <= m - 2 for x in R)
-            or any(k == x <= m - 1 for x, k in zip(R, n, strict=True))
-        ):
+        extra = 0  # EOS finishers' extra slots, in the step after the last token (pass m-1's)
+        clear = left = False
+        for x, k in zip(plan.R, plan.n, strict=True):
+            if x <= m - 1:
+                if x < m - 1:  # released by a pass before m - 1
+                    clear = True
+                    extra += k > x
+                else:
+                    left = True
+                if k == x:  # dropped from the batch (finishing by length)
+                    clear = True
+        self.overlap_extra_slots += extra
+        if clear or (self.pools.hybrid and m > 1):
             self.batch_is_full = False
-        self._req_left = any(x == m - 1 for x in R)
+        self._req_left = left
 
 
 def _records(
