@@ -2,14 +2,14 @@
 
 Usage: python benchmarks/compare_runs.py OTHER_CHECKOUT [THIS_CHECKOUT]
 
-For work on the hot path, and refactors, that must not change a single result. Runs ten
+For work on the hot path, and refactors, that must not change a single result. Runs twelve
 configurations in each checkout, in child processes: both Mooncake traces at the benchmark's
 settings, a small pool that evicts inside decode jumps, page 16 with ``window`` decode eviction,
 page 1 with ``iteration`` eviction on the legacy tree, seed 000's bench_multiturn closed loop,
-the overlap scheduler loop, LPM scheduling under a queue, a small chunked-prefill size, and a
-bench_multiturn closed loop with heavy retraction (25 retractions). Compares every frame
-column, the summary and the counters exactly (NaN equals NaN); exits 1 and lists the first
-differences if any.
+the overlap scheduler loop (a small pool, and both Mooncake traces at the benchmark's settings),
+LPM scheduling under a queue, a small chunked-prefill size, and a bench_multiturn closed loop
+with heavy retraction (25 retractions). Compares every frame column, the summary and the
+counters exactly (NaN equals NaN); exits 1 and lists the first differences if any.
 
 When a refactor moves an entry point, the child imports it with a fallback, so that a checkout
 from before the refactor and one from after it can still be compared.
@@ -47,6 +47,17 @@ CASES = [
         "arxiv, overlap loop",
         "arxiv_trace_head1000.jsonl",
         dict(BASE, page_size=64, disable_overlap_schedule=False, max_total_tokens=400_000),
+    ),
+    # the overlap loop at the benchmark's settings (benchmarks/simulate_speed.py --loops)
+    (
+        "synthetic, overlap loop",
+        "synthetic_trace.jsonl",
+        dict(BASE, page_size=64, disable_overlap_schedule=False),
+    ),
+    (
+        "arxiv, overlap loop, big pool",
+        "arxiv_trace_head1000.jsonl",
+        dict(BASE, page_size=64, disable_overlap_schedule=False),
     ),
     (
         "arxiv, LPM under a queue",

@@ -256,3 +256,38 @@ def test_overlap_announced_arrivals_give_the_interrupted_run_exactly(monkeypatch
     for name in ("requests", "decode_steps", "prefill_batches"):
         assert frames[0][name].equals(frames[1][name]), name
     assert interrupts[1] >= 20 and interrupts[0] == 0, interrupts
+
+
+def test_one_step_record_materialises_as_a_per_step_record():
+    """A decode step's record in closed form (``one_step_record``) gives the recorder the very
+    columns a per-step ``on_decode_steps`` call gives: times bit for bit, usage, running,
+    queue and round; with the decode log on, the same log lines."""
+    import io
+
+    from simulator.engine.observer import PoolCapacity
+    from simulator.engine.overlap_jump import one_step_record
+
+    rng = np.random.default_rng(5)
+    sims = [SimRequest(f"r{i}", [i], 10, 10, round=i % 2) for i in range(3)]
+    times = np.cumsum(rng.exponential(0.013, 40)) * 1e3 / 7
+    records = [
+        (float(t), sims[: int(rng.integers(1, 4))], int(rng.integers(0, 10**6)), int(rng.integers(0, 10**5)))
+        for t in times
+    ]
+    for log_decode in (False, True):
+        logs = io.StringIO(), io.StringIO()
+        per_step, closed = (
+            Recorder(log_decode=log_decode, decode_log_interval=3, log_stream=log) for log in logs
+        )
+        for rec in (per_step, closed):
+            rec.on_start(PoolCapacity(2 * 10**6, 2 * 10**5), {})
+        for i, (t, batch, full, swa) in enumerate(records):
+            per_step.on_decode_steps(np.array([t]), batch, np.array([full]), np.array([swa]), i % 3)
+            closed.on_decode_jump(one_step_record(t, batch, full, swa, 64, i % 3))
+        a, b = per_step._decode_columns(), closed._decode_columns()
+        assert a.keys() == b.keys()
+        for key in a:
+            assert a[key].dtype == b[key].dtype, key
+            assert np.array_equal(a[key], b[key]), key
+        assert logs[0].getvalue() == logs[1].getvalue()
+        assert (logs[0].getvalue() != "") == log_decode

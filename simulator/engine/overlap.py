@@ -9,9 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import numpy as np
-
-from simulator.engine.overlap_jump import OverlapJumpMixin
+from simulator.engine.overlap_jump import OverlapJumpMixin, one_step_record
 from simulator.engine.server_state import ServerReq
 
 
@@ -156,52 +154,66 @@ class OverlapMixin(OverlapJumpMixin):
             for r, gen in zip(launched.reqs, launched.gens, strict=True)
             if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
         ]
-        if launched.kind == "prefill":
-            self.cache.free_group_begin()
-            for r in live:
-                # a chunk (checkpointed when it was stashed); its next chunk may already have
-                # moved extend_end, so the batch remembers which request it left truncated
-                if r is launched.chunk:
-                    self._stash_chunk(r, launched)
-                    continue
-                r.num_outputs += 1
-                if math.isnan(r.sim.first_token_s):
-                    r.sim.first_token_s = t1
-                    self.obs.on_first_token(r.sim)
-                if r.num_outputs >= r.output_len:
-                    self._finish_overlap(r, t1, notify)
-                else:
-                    self.cache.checkpoint(r, r.extend_end, finished=False)
-                    r.prefix_len = r.extend_end
-            self.cache.free_group_end()
-        else:
-            self.overlap_extra_slots += len(launched.reqs) - len(live)
-            self.decode_steps += 1
-            self.cache.free_group_begin()
-            for r in live:
-                r.num_outputs += 1
-                if r.num_outputs >= r.output_len:
-                    self._finish_overlap(r, t1)
-            self.cache.free_group_end()
+        if launched.kind != "prefill":
+            self._process_decode(launched, live)
+            return
+        self.cache.free_group_begin()
+        for r in live:
+            # a chunk (checkpointed when it was stashed); its next chunk may already have
+            # moved extend_end, so the batch remembers which request it left truncated
+            if r is launched.chunk:
+                self._stash_chunk(r, launched)
+                continue
+            r.num_outputs += 1
+            if math.isnan(r.sim.first_token_s):
+                r.sim.first_token_s = t1
+                self.obs.on_first_token(r.sim)
+            if r.num_outputs >= r.output_len:
+                self._finish_overlap(r, t1, notify)
+            else:
+                self.cache.checkpoint(r, r.extend_end, finished=False)
+                r.prefix_len = r.extend_end
+        self.cache.free_group_end()
         self._report_launched(launched)
         self._check()
 
+    def _process_decode(self, launched: _Launched, live: list[ServerReq]) -> None:
+        """``process_batch_result_decode`` of a decode step: each live request's token, the
+        finishers released in one free group (none opened when nobody finishes and no memory
+        operations are recorded: an empty group changes nothing), then the step's record, usage
+        read as ``report_decode_stats`` reads it (after the next batch's launch)."""
+        t1 = launched.end
+        self.overlap_extra_slots += len(launched.reqs) - len(live)
+        self.decode_steps += 1
+        done = []
+        for r in live:
+            r.num_outputs += 1
+            if r.num_outputs >= r.output_len:
+                done.append(r)
+        cache = self.cache
+        if done or self.ops is not None:
+            cache.free_group_begin()
+            for r in done:
+                self._finish_overlap(r, t1)
+            cache.free_group_end()
+        full_used, swa_used = cache.used_tokens()
+        sims = [r.sim for r in launched.reqs]
+        self.obs.on_decode_jump(
+            one_step_record(t1, sims, full_used, swa_used, self.page_size, len(self.waiting))
+        )
+        self._check()
+
     def _report_launched(self, launched: _Launched) -> None:
-        """The batch's log record, with usage read after its results are processed, as the
-        logs do (``process_batch_result_prefill`` / ``_decode`` -> ``report_prefill_stats`` /
-        ``report_decode_stats``, batch_result_processor.py): under overlap that is after the
-        next batch was launched and allocated."""
+        """A prefill batch's log record, with usage read after its results are processed, as
+        the logs do (``process_batch_result_prefill`` -> ``report_prefill_stats``,
+        batch_result_processor.py; a decode step's: :meth:`_process_decode`): under overlap
+        that is after the next batch was launched and allocated."""
         full_used, swa_used = self.cache.used_tokens()
         sims = [r.sim for r in launched.reqs]
-        if launched.kind == "prefill":
-            ext, cached, running, queue = launched.info
-            self.obs.on_prefill_batch(
-                launched.start, launched.end, sims, ext, cached, full_used, swa_used, running, queue
-            )
-        else:
-            self.obs.on_decode_steps(
-                np.array([launched.end]), sims, np.array([full_used]), np.array([swa_used]), len(self.waiting)
-            )
+        ext, cached, running, queue = launched.info
+        self.obs.on_prefill_batch(
+            launched.start, launched.end, sims, ext, cached, full_used, swa_used, running, queue
+        )
 
     def _finish_overlap(self, r: ServerReq, t: float, notify: bool = True) -> None:
         """Release a request whose finish the step-late result revealed. One that stopped at EOS

@@ -24,7 +24,6 @@ from __future__ import annotations
 import bisect
 import math
 
-import numpy as np
 import simpy
 
 from simulator.engine.decode_clock import DecodeClock
@@ -49,6 +48,24 @@ class _LaggedClock:
         """The step running at time ``t`` (``-1`` before ``first_end``); an end time belongs to
         the next step, as in the plain loop's jump."""
         return self.clock.steps_ended_by(t) if t >= self.first_end else -1
+
+
+class _StepClock:
+    """One decode step's end time ``t`` as a :class:`DecodeClock` piece: ``(j+1)*a + E`` with
+    ``j = 0``, ``a = t``, ``E = 0.0`` is ``t`` itself, so a one-step record in closed form
+    (:func:`one_step_record`) materialises to the very float a per-step record would hold."""
+
+    __slots__ = ("pieces",)
+
+    def __init__(self, t: float) -> None:
+        self.pieces = [(0, 1, 0.0, t, 0.0)]
+
+
+def one_step_record(t: float, sims: list, full: int, swa: int, page: int, queue: int) -> DecodeJump:
+    """A decode step's record (``report_decode_stats``) as a one-step :class:`DecodeJump`:
+    the recorder keeps it in closed form with the jumps' records, without the per-step
+    arrays of ``on_decode_steps`` (the overlap loop reports one such step per admission)."""
+    return DecodeJump(_StepClock(t), 1, page, [], [], [JumpSegment(0, 1, sims, full, swa)], queue)
 
 
 class _Plan:
@@ -94,19 +111,26 @@ class OverlapJumpMixin:
         if pending.kind == "decode" and len(live) != len(batch):
             return None
         outs, got, R, n = [], [], [], []
+        gots = 0
         for r in batch:
-            o, g = r.num_outputs, 1 if id(r) in live else 0
+            o = r.num_outputs
+            g = 1 if id(r) in live else 0
             x = r.output_len - o - g
             # dropped at pass max_new - o - g (finishing by length), else in the batch until the
-            # pass that processes its finish
-            k = min(max(0, r.max_new_tokens - o - g), x + 1)
-            if k < x:
+            # pass that processes its finish: min(max(0, max_new - o - g), x + 1) steps
+            k = r.max_new_tokens - o - g
+            if k < 0:
+                k = 0
+            if k > x:
+                k = x + 1
+            elif k < x:
                 return None  # max_new_tokens below the output length: step it as it comes
             outs.append(o)
             got.append(g)
             R.append(x)
             n.append(k)
-        if sum(got) != len(live):
+            gots += g
+        if gots != len(live):
             return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
         if self.hicache is not None:  # no release before its last pass (hicache_steps)
@@ -129,19 +153,23 @@ class OverlapJumpMixin:
         m = clock.steps
         if arrival < math.inf:  # the pass after the arrival's step in flight sees it
             m = min(m, lag.in_flight(arrival) + 2)
-        finishing = sorted((x - 1, i) for i, x in enumerate(R) if x - 1 <= m - 2)
-        chain = _FinishChain(self, batch, finishing, lag) if finishing else None
-        if chain is not None:
+        finishing = [(x - 1, i) for i, x in enumerate(R) if x < m]
+        chain = None
+        if finishing:
+            finishing.sort()
+            chain = _FinishChain(self, batch, finishing, lag)
             chain.limit = m - 1  # the finishes the jump's passes process
         self._interrupt_before = lag.end(m - 3)  # an arrival later than that changes nothing
+        last_pass = lag.end(m - 2)  # when pass m - 1 processes step m - 2
         try:
-            yield self.env.timeout(lag.end(m - 2) - now)
+            yield self.env.timeout(last_pass - now)
         except simpy.Interrupt:
             self._interrupt_before = -math.inf
             m = min(m, lag.in_flight(self.env.now) + 2)
             if chain is not None:
                 chain.limit = m - 1
-            remaining = lag.end(m - 2) - self.env.now
+            last_pass = lag.end(m - 2)
+            remaining = last_pass - self.env.now
             if remaining > 0:
                 yield self.env.timeout(remaining)
         finally:
@@ -150,7 +178,7 @@ class OverlapJumpMixin:
         self._overlap_jump_flags(plan, m)
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
         self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
-        return left, lag.end(m - 2), clock.end(m - 1)
+        return left, last_pass, clock.end(m - 1)
 
     def _count_in_flight(self, pending) -> None:
         """Pass 0 processes the decode step that was in flight: its counters (its record comes
@@ -186,29 +214,28 @@ class OverlapJumpMixin:
         window frees, the results a pass processes after launching its step; the records of the
         steps whose results those passes process (:class:`DecodeJump`), usage read as rule 8
         reads it (after the next step's launch and the pass's releases)."""
-        batch, R, n = plan.batch, plan.R, plan.n
+        batch, R = plan.batch, plan.R
         p = self.page_size
         forward0 = self.forward_ct
         recorded: list[JumpSegment] = []
+        # one batch list per segment: the records of one batch's steps merge into one segment
+        sims = [[batch[i].sim for i in members] for a, _, members in segments if a < m]
         if pending.kind == "decode":
             self._count_in_flight(pending)
             first, opens, frees, prev = 0, [], [], None
         else:
-            members0 = segments[0][2]
-            _, _, opens, frees = self._prefill_pass_zero(pending, plan, members0)
+            _, _, opens, frees = self._prefill_pass_zero(pending, plan, segments[0][2])
             first, opens, frees = 1, list(opens), list(frees)
-            prev = [batch[i].sim for i in members0]
+            prev = sims[0]
         head = None
         if m > first:
-            head = self._jump_steps(plan, segments, m, first, forward0, opens, frees, recorded, prev)
+            head = self._jump_steps(plan, segments, sims, m, first, forward0, opens, frees, recorded, prev)
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
             r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
         if head is not None:  # the in-flight step's record, read in pass 0
             queue = len(self.waiting) if m == 1 else 0
             sims = [r.sim for r in pending.reqs]
-            self.obs.on_decode_steps(
-                np.array([pending.end]), sims, np.array([head[0]]), np.array([head[1]]), queue
-            )
+            self.obs.on_decode_jump(one_step_record(pending.end, sims, head[0], head[1], p, queue))
         if m > 1:
             # record j reads step j + 1's launch: the page events shift one step back
             lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
@@ -219,13 +246,12 @@ class OverlapJumpMixin:
         self.forward_ct = forward0 + m
         self.decode_steps += m - 1
         self.ratio.on_decode_steps(m)
-        # an EOS finisher's extra slot, in the step after its last token (processed by pass m-1)
-        self.overlap_extra_slots += sum(1 for x, k in zip(R, n, strict=True) if k > x and x <= m - 2)
 
     def _jump_steps(
         self,
         plan: _Plan,
         segments: list,
+        sims_of: list[list],
         m: int,
         first: int,
         forward0: int,
@@ -254,16 +280,13 @@ class OverlapJumpMixin:
         cuts = sorted(releases)
         offset_full = offset_swa = 0
         stretches = []  # (u, v, sims, #full / #swa token at step u's launch less its pages, releases)
-        for a, b, members in segments:
-            if a >= m:
-                break
+        for (a, b, members), sims in zip(segments, sims_of, strict=False):
             if b <= first:
                 continue
-            reqs = [batch[i] for i in members]
-            sims = [r.sim for r in reqs]
             u, b = max(a, first), min(b, m)
-            for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b]:
+            for v in [*cuts[bisect.bisect_right(cuts, u) : bisect.bisect_left(cuts, b)], b] if cuts else (b,):
                 if bulk is None:  # a step may evict: SGLang's per-step sequence
+                    reqs = [batch[i] for i in members]
                     full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
                         reqs, [r.kv_allocated_len for r in reqs], v - u, forward0 + u
                     )
@@ -298,18 +321,25 @@ class OverlapJumpMixin:
         return after[0] - before[0], after[1] - before[1]
 
     def _overlap_jump_flags(self, plan: _Plan, m: int) -> None:
-        """``batch_is_full`` and the left-request mark as passes ``0 .. m-1`` leave them: the
-        flag clears when a pass drops a request finishing by length
+        """``batch_is_full``, the left-request mark and the extra-slot count as passes
+        ``0 .. m-1`` leave them: the flag clears when a pass drops a request finishing by length
         (``update_running_batch``), after a pass that released one, and every pass of a hybrid
         model (``get_next_batch_to_run``); the mark says pass ``m - 1`` released one."""
-        R, n = plan.R, plan.n
-        if self.batch_is_full and (
-            (self.pools.hybrid and m > 1)
-            or any(x <= m - 2 for x in R)
-            or any(k == x <= m - 1 for x, k in zip(R, n, strict=True))
-        ):
+        extra = 0  # EOS finishers' extra slots, in the step after the last token (pass m-1's)
+        clear = left = False
+        for x, k in zip(plan.R, plan.n, strict=True):
+            if x <= m - 1:
+                if x < m - 1:  # released by a pass before m - 1
+                    clear = True
+                    extra += k > x
+                else:
+                    left = True
+                if k == x:  # dropped from the batch (finishing by length)
+                    clear = True
+        self.overlap_extra_slots += extra
+        if clear or (self.pools.hybrid and m > 1):
             self.batch_is_full = False
-        self._req_left = any(x == m - 1 for x in R)
+        self._req_left = left
 
 
 def _records(
