@@ -167,3 +167,40 @@ def test_pruned_plan_recommends_the_same_on_traces(name):
         k for k in by_key if k in {c["key"] for c in pruned["candidates"]}
     ]
     assert all(c == by_key[c["key"]] for c in pruned["candidates"])
+
+
+# The whole (unpruned) search's plan of the bundled default with the HiCache axis, as the starting
+# commit a5d937e printed it (88 configurations): the pruned search must recommend the same.
+DEFAULT_PLAN = {
+    "launch_flags": "--tp-size 8 --page-size 64 --swa-full-tokens-ratio 0.1 --mem-fraction-static 0.061",
+    "reasons": [
+        "cheapest configuration meeting every SLO: --mem-fraction-static 0.061 (7.2 GiB KV, $0.215/h), "
+        "--swa-full-tokens-ratio 0.1, HiCache off",
+        "GPU memory binds: the next cheaper step, --mem-fraction-static 0.06 (6.0 GiB KV, $0.181/h), "
+        "--swa-full-tokens-ratio 0.1, HiCache off, fails: ttft.p90 = 2.021, needs <= 2",
+        "no other --swa-full-tokens-ratio tried at --mem-fraction-static 0.06 (0.15, 0.2, 0.3) "
+        "meets every SLO either",
+        "host RAM: HiCache off is enough (no host pool)",
+        "tightest SLO at the recommendation: cache_hit_rate = 0.2443 (bound >= 0.2)",
+    ],
+    "values": {"ttft.p90": 1.2884968623533553, "cache_hit_rate": 0.2442861666675044, "failed": 0.0},
+}
+
+
+@pytest.mark.slow
+def test_the_bundled_default_plan_is_unchanged_by_pruning():
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli.main import app
+
+    args = ["plan", "--model", "gpt-oss-120b", "--gpu", "H200", "--tp", "8", "--page-size", "64"]
+    args += ["--slo", "ttft.p90<=2.0,cache_hit_rate>=0.2", "--json", "--no-progress", "-j", "2"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    plan = json.loads(result.stdout)
+    assert plan["met"] and plan["launch_flags"] == DEFAULT_PLAN["launch_flags"]
+    assert plan["reasons"] == DEFAULT_PLAN["reasons"]
+    assert {s["path"]: s["value"] for s in plan["slo"].values()} == DEFAULT_PLAN["values"]
+    assert plan["search"]["runs"] == 46  # of the whole grid's 88
