@@ -119,3 +119,38 @@ def test_counterexample_the_relaxation_is_above_the_optimum() -> None:
     assert brute_force_hits(page_workload(w, 1), PoolModel(1, 6)) == 5
     roomy = optimal_bound(w, PoolModel(1, 7))
     assert roomy.hit_tokens == 6 == brute_force_hits(page_workload(w, 1), PoolModel(1, 7))
+
+
+@pytest.mark.parametrize(
+    ("source", "page", "limit"), [("ragpulse", 16, 120), ("mooncake_arxiv_head800.jsonl", 16, 60)]
+)
+def test_device_plus_host_bound_is_at_least_cache_replay_with_hicache(
+    source: str, page: int, limit: int
+) -> None:
+    """Deliver 3's second bound: with HiCache a host hit counts, so the bound's budget is device
+    + host pages; it is >= cache-replay with HiCache (every write policy, several host sizes)."""
+    from simulator.radix.hicache_replay import HiCacheReplayConfig, replay_hicache
+
+    requests = workload_from_trace(DATA / source, page, limit)
+    wl = page_workload(requests, page)
+    smallest = int(wl.peak.max() + 2) * page
+    for cap in (smallest, 3 * smallest):
+        device = bound_for(wl, PoolModel(page, cap, cap, 128))
+        for ratio in (1.0, 3.0):
+            for policy in ("write_through", "write_back", "write_through_selective"):
+                cfg = HiCacheReplayConfig(
+                    page_size=page,
+                    full_tokens=cap,
+                    swa_tokens=cap,
+                    window=128,
+                    hicache_ratio=ratio,
+                    write_policy=policy,
+                )
+                got = replay_hicache(requests, cfg)
+                host = got["hicache"]["host_full_capacity"]
+                both = bound_for(wl, PoolModel(page, cap, cap, 128, host_full_tokens=host))
+                hits = sum(r["prefix_len"] for r in got["requests"])
+                assert hits <= both.hit_tokens, (cap, ratio, policy)
+                assert both.hit_tokens >= device.hit_tokens and not both.exact
+                assert both.served == device.served  # a request still needs the device
+                assert both.hit_rate_bound <= both.infinite_capacity_hit_rate

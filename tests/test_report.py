@@ -235,3 +235,26 @@ def test_a_sweep_with_seeds_is_folded_into_means(tmp_path: Path, monkeypatch) ->
     data = build_report(store, tmp_path / "r")
     assert data["recommended"]["rerun_matches_store"] is None  # a mean is not one run
     assert data["assumptions"]["seeds"] == [0, 1]
+
+
+def test_report_prices_points_as_the_planner_does() -> None:
+    """One cost model: the report's memory and price of a point are the planner's."""
+    from simulator.planner.plan_cost import DEFAULT_GPU_PRICE, Prices, config_cost
+    from simulator.reports.configs import sim_config
+    from simulator.reports.recommend import Prices as ReportPrices
+    from simulator.reports.recommend import cost_per_hour, memory
+
+    assert ReportPrices is Prices and Prices().gpu_gib_hour == DEFAULT_GPU_PRICE
+    base = {"model": "gpt-oss-120b", "gpu": "H200", "tp": 8, "page_size": 64}
+    for extra in (
+        {"mem_fraction_static": 0.066},
+        {"swa_full_tokens_ratio": 0.3},
+        {"max_total_tokens": 300_000},
+    ):
+        config = {**base, **extra}
+        cost = config_cost(sim_config(config), Prices(0.05, 0.01))
+        mem = memory(config)
+        assert (mem["gpu_kv_gib"], mem["host_kv_gib"]) == (cost.gpu_kv_gib, cost.host_gib)
+        assert cost_per_hour(mem, Prices(0.05, 0.01)) == cost.per_hour
+    # a token cap takes less memory than SGLang's whole budget
+    assert memory({**base, "max_total_tokens": 300_000})["gpu_kv_gib"] < memory(base)["gpu_kv_gib"]

@@ -176,3 +176,19 @@ def test_cli_dask_address_of_a_running_cluster(serial):
     lines = [json.loads(x) for x in res.stdout.splitlines()]
     assert lines[-1]["summary"]["backend"] == "dask" and lines[-1]["summary"]["workers"] == 1
     assert _text(lines[:-1]) == _text(serial[0][:2])
+
+
+def test_a_persistent_pool_serves_several_sweeps_with_the_same_results(trace, serial):
+    """The planner's backend: one pool for all its batches (each a sweep), results unchanged."""
+    records, _, _ = serial
+    half = (AXES[0], parse_axis("swa-full-tokens-ratio=0.05"))
+    with ProcessBackend(2, persistent=True) as backend:
+        first, _ = _sweep(trace, backend)
+        pool = backend._pool
+        second, _ = _sweep(trace, backend, spec=SweepSpec(BASE, half))
+        assert pool is not None and backend._pool is pool  # not started again
+    assert backend._pool is None  # stopped on leaving
+    assert _text(first) == _text(records)
+    want = [r for r in records if r["flags"]["--swa-full-tokens-ratio"] == 0.05]
+    strip = [{k: v for k, v in r.items() if k not in ("point", "key", "flags")} for r in want]
+    assert [{k: v for k, v in r.items() if k not in ("point", "key", "flags")} for r in second] == strip

@@ -42,5 +42,11 @@ def bound(
         f"unbounded pools: {out['infinite_capacity_hit_rate']:.4f}; working set "
         f"{out['working_set_tokens']:,} tokens; {out['aborted']} of {out['requests']} requests cannot fit"
     )
+    if "device_host" in out:  # HiCache: the bound on device + host hits
+        two = out["device_host"]
+        typer.echo(
+            f"with HiCache: {two['hit_rate_bound']:.4f} (upper bound) on device + host hits, "
+            f"host {two['host_capacity_tokens']:,} tokens"
+        )
     for point in out.get("lru_curve", []):
         typer.echo(f"  LRU at {point['capacity_tokens']:>12,} tokens: {point['hit_rate']:.4f}")

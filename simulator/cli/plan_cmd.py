@@ -18,6 +18,7 @@ import typer
 
 from simulator.cli.common import DEFAULT_TRACE, JsonOpt, ProgressOpt, print_json, user_errors_exit
 from simulator.cli.server_flags import ALL_FLAGS, server_options
+from simulator.cli.sweep_cmd import default_jobs
 from simulator.cli.trace_options import (
     BlockSizeOpt,
     FormatOpt,
@@ -33,8 +34,6 @@ from simulator.planner.plan_cost import DEFAULT_GPU_PRICE, DEFAULT_HOST_PRICE
 _D = SimConfig()
 # The plan searches the memory itself: a fixed KV budget or token cap would defeat it.
 PLAN_FLAGS = tuple(f for f in ALL_FLAGS if f not in ("log_decode", "kv_budget_gib", "max_total_tokens"))
-# -j's default: two workers halve the wall time of the bundled plan on a 2-core machine.
-DEFAULT_PLAN_JOBS = 2
 
 
 @user_errors_exit
@@ -80,6 +79,13 @@ def plan(
             "--max-mem-fraction", help="the most --mem-fraction-static to consider (default: SGLang's)"
         ),
     ] = None,
+    exhaustive: Annotated[
+        bool,
+        typer.Option(
+            "--exhaustive",
+            help="run the whole coarse grid, even points that cannot change the plan (same plan, more runs)",
+        ),
+    ] = False,
     seeds: Annotated[
         int,
         typer.Option(
@@ -88,8 +94,11 @@ def plan(
         ),
     ] = 1,
     jobs: Annotated[
-        int, typer.Option("-j", "--jobs", help="local worker processes (1 = in this process)")
-    ] = DEFAULT_PLAN_JOBS,
+        int | None,
+        typer.Option(
+            "-j", "--jobs", help="local worker processes (default: one per CPU; 1 = in this process)"
+        ),
+    ] = None,
     dask: Annotated[
         str | None, typer.Option("--dask", help="run on the Dask cluster at ADDRESS, or 'local'")
     ] = None,
@@ -141,6 +150,7 @@ def plan(
         swa_ratios=_ratios("--swa-ratios", swa_ratios, allow_none=False),
         hicache_ratios=_ratios("--hicache-ratios", hicache_ratios, allow_none=True),
         f_max=max_mem_fraction,
+        prune=not exhaustive,
     )
     tr = _load(trace, fmt, block_size, limit)
     for change in changes:
@@ -148,14 +158,21 @@ def plan(
         notes.append(f"what-if {change.text}: {len(tr)} requests")
     setup = PlanSetup(base, slos, prices, space, hicache_axis, tuple(notes), seeds=seeds)
     store_dir = output / "store" if output is not None else store
+    # one pool of workers for the whole plan: its batches share the workers' warm trace
+    backend = make_backend(default_jobs() if jobs is None else jobs, dask, persistent=True)
     oracle = SweepOracle(
         tr,
         setup,
-        backend=make_backend(jobs, dask),
+        backend=backend,
         store=None if store_dir is None else ResultStore(store_dir),
         progress=progress and not as_json,
     )
-    result = run_plan(tr, setup, oracle)
+    try:
+        result = run_plan(tr, setup, oracle)
+    finally:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()
     result["search"]["what_if"] = [c.text for c in changes]
     if output is not None:
         write_plan(output, result)
@@ -170,10 +187,8 @@ def _write_report(output: Path, prices: Any, trace: Any) -> None:
     """The plan's report into ``output`` beside ``plan.json`` and the store (docs/reports.md);
     it replaces only its own files. Priced as the plan was, on the trace it planned on."""
     from simulator.reports import ReportOptions, build_report
-    from simulator.reports.recommend import Prices as ReportPrices
 
-    report_prices = ReportPrices(prices.gpu_gib_hour, prices.host_gib_hour)
-    build_report(output, output, ReportOptions(prices=report_prices, loaded_trace=trace))
+    build_report(output, output, ReportOptions(prices=prices, loaded_trace=trace))
 
 
 def _prices(gpu: float, host: float, cls: Any) -> Any:

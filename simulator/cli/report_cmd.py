@@ -10,6 +10,7 @@ import typer
 
 from simulator.cli.common import JsonOpt, print_json, user_errors_exit
 from simulator.cli.trace_options import BlockSizeOpt, FormatOpt
+from simulator.planner.plan_cost import DEFAULT_GPU_PRICE, DEFAULT_HOST_PRICE
 
 
 @user_errors_exit
@@ -29,10 +30,10 @@ def report(
     block_size: BlockSizeOpt = None,
     gpu_price: Annotated[
         float, typer.Option("--gpu-price", help="USD per GiB-hour of GPU KV memory")
-    ] = 0.025,
+    ] = DEFAULT_GPU_PRICE,
     host_price: Annotated[
         float, typer.Option("--host-price", help="USD per GiB-hour of host KV memory")
-    ] = 0.004,
+    ] = DEFAULT_HOST_PRICE,
     top: Annotated[int, typer.Option("--top", help="rows of the top-configurations table")] = 10,
     as_json: JsonOpt = False,
 ) -> None:

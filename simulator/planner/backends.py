@@ -71,20 +71,42 @@ def _run_in_worker(cfg: SimConfig) -> Outcome:
 
 
 class ProcessBackend:
-    """``-j N`` local worker processes (concurrent.futures.ProcessPoolExecutor)."""
+    """``-j N`` local worker processes (concurrent.futures.ProcessPoolExecutor).
+
+    ``persistent``: keep the pool between ``run`` calls on the same trace object (the planner's
+    batches), so each worker starts, imports the engine and builds the trace's page keys once
+    per plan, not once per batch; :meth:`close` (or ``with``) stops it."""
 
     name = "processes"
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, persistent: bool = False) -> None:
         self.workers = workers
+        self.persistent = persistent
+        self._pool: Any = None
+        self._pool_trace: Any = None
+
+    def _get_pool(self, trace: Any, n_tasks: int) -> Any:
+        from concurrent.futures import ProcessPoolExecutor
+
+        if self._pool is not None and self._pool_trace is trace:
+            return self._pool
+        self.close()
+        # The engine's modules load here once, before the fork, not in every worker.
+        import simulator.engine.simulate  # noqa: F401
+        import simulator.run  # noqa: F401
+
+        workers = self.workers if self.persistent else min(self.workers, n_tasks)
+        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(trace,))
+        if self.persistent:
+            self._pool, self._pool_trace = pool, trace
+        return pool
 
     def run(self, trace: Any, tasks: Sequence[Task]) -> Iterator[tuple[int, Outcome]]:
-        from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+        from concurrent.futures import FIRST_COMPLETED, wait
 
         if not tasks:
             return
-        workers = min(self.workers, len(tasks))
-        pool = ProcessPoolExecutor(max_workers=workers, initializer=_init_worker, initargs=(trace,))
+        pool = self._get_pool(trace, len(tasks))
         try:
             pending = {pool.submit(_run_in_worker, cfg): task_id for task_id, cfg in tasks}
             while pending:
@@ -93,8 +115,22 @@ class ProcessBackend:
                     yield pending.pop(fut), fut.result()
         except BaseException:  # interrupted, or the consumer stopped: do not wait for the runs
             pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = self._pool_trace = None
             raise
-        pool.shutdown(wait=True)
+        if not self.persistent:
+            pool.shutdown(wait=True)
+
+    def close(self) -> None:
+        """Stop a persistent pool (a no-op without one)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self._pool = self._pool_trace = None
+
+    def __enter__(self) -> ProcessBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class DaskBackend:
@@ -141,11 +177,12 @@ class DaskBackend:
                 cluster.close()
 
 
-def make_backend(jobs: int, dask: str | None) -> Backend:
+def make_backend(jobs: int, dask: str | None, persistent: bool = False) -> Backend:
     """The backend the command line asks for: Dask when ``dask`` is given, else ``jobs``
-    local processes (``jobs`` 1: in this process, no pool)."""
+    local processes (``jobs`` 1: in this process, no pool; ``persistent``: one pool kept
+    across runs, see :class:`ProcessBackend`)."""
     if jobs < 1:
         raise ConfigError(f"-j must be >= 1, got {jobs}")
     if dask is not None:
         return DaskBackend(dask, jobs)
-    return SerialBackend() if jobs == 1 else ProcessBackend(jobs)
+    return SerialBackend() if jobs == 1 else ProcessBackend(jobs, persistent)

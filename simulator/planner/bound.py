@@ -37,6 +37,7 @@ class BoundResult:
     working_set_tokens: int
     capacity_tokens: int
     swa_capacity_tokens: int | None
+    host_capacity_tokens: int  # HiCache's host full pool (0: device only)
     served: int
     aborted: int
     request_hits: np.ndarray  # hit tokens per request (0 for aborted ones)
@@ -54,9 +55,11 @@ def optimal_bound(workload: Sequence[WorkloadRequest], pools: PoolModel) -> Boun
 
 def bound_for(wl: Workload, pools: PoolModel) -> BoundResult:
     """:func:`optimal_bound` on a workload already in pages (sweeps over capacities reuse it)."""
-    served = served_mask(wl, pools)
+    served = served_mask(wl, pools)  # a request needs its pages on the device, host or not
     ev = touches(wl, served)
-    hits, prefix_closed = belady_hits(wl, ev, served, pools.full_pages)
+    # with a host tier, a page kept on the host hits too: the budget is device + host pages
+    # (docs/optimal-bound.md, "HiCache"); the two-tier schedule is not certified, so not exact
+    hits, prefix_closed = belady_hits(wl, ev, served, pools.full_pages + pools.host_full_pages)
     swa_ok = swa_windows_fit(wl, ev, served, hits, pools)
     p = pools.page_size
     prompt_tokens = int(wl.prompt_len[served].sum())
@@ -65,7 +68,7 @@ def bound_for(wl: Workload, pools: PoolModel) -> BoundResult:
     inf_rate = float(inf_hits.sum() * p / prompt_tokens) if prompt_tokens else 0.0
     return BoundResult(
         hit_rate_bound=rate,
-        exact=bool(prefix_closed and swa_ok),
+        exact=bool(prefix_closed and swa_ok and pools.host_full_tokens == 0),
         prefix_closed=bool(prefix_closed),
         swa_feasible=bool(swa_ok),
         hit_tokens=int(hits.sum() * p),
@@ -74,6 +77,7 @@ def bound_for(wl: Workload, pools: PoolModel) -> BoundResult:
         working_set_tokens=int(working_set_pages(wl, ev, served) * p),
         capacity_tokens=pools.full_tokens,
         swa_capacity_tokens=pools.swa_tokens,
+        host_capacity_tokens=pools.host_full_tokens,
         served=int(served.sum()),
         aborted=int((~served).sum()),
         request_hits=hits * p,

@@ -30,23 +30,32 @@ from simulator.planner.prefix_trie import PrefixTrie, build_trie
 @dataclass(frozen=True)
 class PoolModel:
     """Device pools in tokens (SGLang's ``size`` / ``size_swa``) and the page size; ``swa_tokens``
-    None: no SWA pool (every layer full attention). A HiCache host tier would add a second pair
-    of capacities here (docs/optimal-bound.md, "HiCache")."""
+    None: no SWA pool (every layer full attention). ``host_full_tokens``: HiCache's host pool for
+    the full layers (0: no host tier); a host hit counts as a hit, so the bound's cache budget
+    grows by it, while a request still needs its pages on the device (docs/optimal-bound.md,
+    "HiCache")."""
 
     page_size: int
     full_tokens: int
     swa_tokens: int | None = None
     window: int | None = None
+    host_full_tokens: int = 0
 
     def __post_init__(self) -> None:
         if self.page_size < 1 or self.full_tokens < self.page_size:
             raise ConfigError(f"bad pool model: {self}")
         if (self.swa_tokens is None) != (self.window is None):
             raise ConfigError("an SWA pool needs both swa_tokens and window")
+        if self.host_full_tokens < 0:
+            raise ConfigError(f"bad pool model: {self}")
 
     @property
     def full_pages(self) -> int:
         return self.full_tokens // self.page_size
+
+    @property
+    def host_full_pages(self) -> int:
+        return self.host_full_tokens // self.page_size
 
     @property
     def swa_pages(self) -> int | None:

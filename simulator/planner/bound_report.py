@@ -3,6 +3,7 @@ sizes them), the optimal bound, and optionally LRU's hit-ratio curve around the 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -16,15 +17,21 @@ from simulator.provenance import provenance
 
 
 def pool_model(server: dict[str, Any]) -> PoolModel:
-    """The device pools SGLang sizes for these flags (``SimConfig.pool_sizes``)."""
+    """The device pools SGLang sizes for these flags (``SimConfig.pool_sizes``), and HiCache's
+    host full pool when the flags enable it."""
     from simulator.engine.config import SimConfig
 
     sizes = SimConfig(**server).pool_sizes()
+    host = int(sizes.host_full_tokens or 0)
     if sizes.hybrid_swa:
         return PoolModel(
-            sizes.page_size, int(sizes.full_tokens), int(sizes.swa_tokens), int(sizes.sliding_window)
+            sizes.page_size,
+            int(sizes.full_tokens),
+            int(sizes.swa_tokens),
+            int(sizes.sliding_window),
+            host_full_tokens=host,
         )
-    return PoolModel(sizes.page_size, int(sizes.full_tokens))
+    return PoolModel(sizes.page_size, int(sizes.full_tokens), host_full_tokens=host)
 
 
 def curve_capacities(smallest: int, largest: int, points: int, page_size: int) -> np.ndarray:
@@ -37,11 +44,17 @@ def bound_report(trace: Path, server: dict[str, Any], limit: int | None, curve_p
     """What ``kvplan bound --json`` prints."""
     from simulator.cli.cache_replay_cmd import workload_from_trace
 
-    pools = pool_model(server)
+    both = pool_model(server)
+    pools = dataclasses.replace(both, host_full_tokens=0)  # the device tier's bound
     requests = workload_from_trace(trace, pools.page_size, limit)
     wl = page_workload(requests, pools.page_size)
     res = bound_for(wl, pools)
     out: dict[str, Any] = res.to_dict()
+    if both.host_full_tokens:  # HiCache: a second bound, on device + host hits
+        two = bound_for(wl, both)
+        out["device_host"] = {
+            k: getattr(two, k) for k in ("hit_rate_bound", "exact", "hit_tokens", "host_capacity_tokens")
+        }
     out.update(
         requests=wl.n,
         page_size=pools.page_size,

@@ -9,6 +9,8 @@ A configuration costs ``gpu_kv_gib * gpu_price + host_gib * host_price`` per hou
   linearly with the fraction from 0 at ``f0 = 1 - free_after_weights / preload_free``.
   ``--swa-full-tokens-ratio`` only splits the budget between the full and SWA pools: it costs
   nothing.
+  With ``--max-total-tokens`` (not searched by the planner; a sweep's axis in a report), the
+  pools take only the capped tokens: the smaller of the budget and the pools' bytes.
 * ``host_gib``: the HiCache host pools (``--hicache-ratio`` times the device pools' tokens, at
   the host layout's bytes per token), summed over the ranks; 0 without HiCache.
 
@@ -54,21 +56,31 @@ class Cost:
 def config_cost(cfg: SimConfig, prices: Prices) -> Cost | None:
     """The cost of ``cfg`` from SGLang's pool sizing (no simulation); None when SGLang refuses
     the configuration (its sizing raises)."""
-    sized = _sized(cfg)
+    sized = kv_memory_gib(cfg)
     if sized is None:
         return None
     gpu_gib, host_gib = sized
-    return Cost(gpu_gib, host_gib, gpu_gib * prices.gpu_gib_hour + host_gib * prices.host_gib_hour)
+    return Cost(gpu_gib, host_gib, price_per_hour(gpu_gib, host_gib, prices))
+
+
+def price_per_hour(gpu_kv_gib: float, host_gib: float, prices: Prices) -> float:
+    """The hourly price of that much GPU KV memory and host RAM (the plan's and the reports'
+    one formula)."""
+    return gpu_kv_gib * prices.gpu_gib_hour + host_gib * prices.host_gib_hour
 
 
 @functools.lru_cache(maxsize=4096)
-def _sized(cfg: SimConfig) -> tuple[float, float] | None:
+def kv_memory_gib(cfg: SimConfig) -> tuple[float, float] | None:
+    """(GPU KV GiB, host GiB) of ``cfg`` over all TP ranks, as the module docstring defines
+    them; None when SGLang refuses the configuration."""
     try:
         pools = cfg.pool_sizes()
     except KvplanError:
         return None
     ranks = cfg.tp
     budget = pools.kv_budget_bytes if pools.memory is None else pools.memory.kv_budget_bytes
+    if cfg.max_total_tokens is not None:  # the pools take only the capped tokens (a sweep's axis)
+        budget = min(budget, pools.device_bytes)
     return budget * ranks / GIB, pools.host_bytes * ranks / GIB
 
 

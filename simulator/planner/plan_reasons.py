@@ -115,7 +115,7 @@ def unmet_reasons(setup: PlanSetup, oracle: SweepOracle, trail: SearchTrail, pic
     for s in setup.slos:
         if ev.verdict.violations[s.text] == 0:
             continue
-        best = _best_value(oracle, s)
+        best = _best_value(oracle, trail, s)
         if best is None:
             out.append(f"{s.text}: no run produced {s.path}")
             continue
@@ -132,8 +132,10 @@ def unmet_reasons(setup: PlanSetup, oracle: SweepOracle, trail: SearchTrail, pic
     return out
 
 
-def _best_value(oracle: SweepOracle, slo: Any) -> tuple[float, Point] | None:
-    found = [(ev.verdict.values.get(slo.path), p) for p, ev in oracle.evaluated.items()]
+def _best_value(oracle: SweepOracle, trail: SearchTrail, slo: Any) -> tuple[float, Point] | None:
+    """The best value of ``slo`` over the evaluated points; ties: the first in the search's
+    order (``trail.results``: the coarse grid's order, whatever batches ran it)."""
+    found = [(oracle.evaluated[p].verdict.values.get(slo.path), p) for p in trail.results]
     found = [(v, p) for v, p in found if v is not None]
     if not found:
         return None

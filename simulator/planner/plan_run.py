@@ -71,9 +71,11 @@ def make_space(
     hicache_ratios: Sequence[float | None] = DEFAULT_HICACHE_RATIOS,
     f_max: float | None = None,
     hicache_in_served_runs: bool | None = None,
+    prune: bool = True,
 ) -> tuple[SearchSpace, bool, list[str]]:
     """The search space for ``base``: (space, whether HiCache is an axis, notes). A flag the user
-    fixed (``--swa-full-tokens-ratio``, ``--mem-fraction-static``, HiCache) is not searched."""
+    fixed (``--swa-full-tokens-ratio``, ``--mem-fraction-static``, HiCache) is not searched.
+    ``prune`` False runs the whole coarse grid (``--exhaustive``; the same plan, more runs)."""
     notes: list[str] = []
     if hicache_in_served_runs is None:
         from simulator.cli.server_flags import HICACHE_IN_SERVED_RUNS
@@ -101,6 +103,7 @@ def make_space(
         swa_ratios=swa,
         hicache_ratios=tuple(hicache_ratios) if hicache_axis else (None,),
         f0=f0,
+        prune=prune,
     )
     return space, hicache_axis, notes
 
@@ -177,8 +180,10 @@ class SweepOracle:
         if seeds > 1:
             values = [{**v, "seed": self.setup.base.seed + s} for v in values for s in range(seeds)]
         records: list[dict[str, Any]] = []
-        # A one-run batch (a bisection step) runs here: a worker pool would only add its start-up.
-        backend = self.backend if len(values) > 1 else SerialBackend()
+        # A one-run batch (a bisection step) runs here, unless a warm pool is kept for the plan:
+        # starting a pool for it would cost more than the run.
+        warm = getattr(self.backend, "persistent", False)
+        backend = self.backend if len(values) > 1 or warm else SerialBackend()
         summary = run_sweep(
             self.trace,
             SweepSpec(self.setup.base, _axes(values)),

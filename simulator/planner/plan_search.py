@@ -9,7 +9,10 @@ host-RAM knob ``--hicache-ratio``, None = HiCache off) at a ``--mem-fraction-sta
 The search assumes that, in a column, more GPU memory never breaks an SLO (monotone in ``f``),
 and that more host RAM never does either (monotone in the HiCache ratio):
 
-1. **Coarse grid**: every column at every coarse memory level (one sweep).
+1. **Coarse grid**: every column at every coarse memory level, less the points that cannot
+   change the result (:func:`needed_coarse`): the columns of the cheapest HiCache setting at
+   every level and every column at the lowest level first (one sweep), then, in the other
+   columns, only the levels a met point's cost leaves in play (a second sweep).
 2. **Memory bisection**: in every column with a passing level, bisect ``f`` between its
    cheapest passing level and the level below (or ``f0``, the fraction of a zero KV budget),
    all columns in one batch per round; a column is dropped as soon as even its failing bound
@@ -73,6 +76,7 @@ class SearchSpace:
     ratio_quantum: float = 0.01  # SWA and HiCache ratios are multiples of this
     max_rounds: int = 6
     swa_rounds: int = 2
+    prune: bool = True  # skip the coarse points that cannot change the result (needed_coarse)
 
     def columns(self) -> list[Column]:
         return [Column(s, h) for s in self.swa_ratios for h in self.hicache_ratios]
@@ -145,8 +149,7 @@ def closest(results: Mapping[Point, Outcome]) -> Point | None:
 def search(space: SearchSpace, oracle: Oracle) -> SearchTrail:
     """Run the four steps of the module docstring; ``trail.best`` is None when nothing met."""
     trail = SearchTrail()
-    coarse = [(c, f) for c in space.columns() for f in space.fractions]
-    _evaluate(trail, oracle, coarse, "coarse")
+    _coarse(space, oracle, trail)
     trail.brackets = _memory_brackets(space, trail.results)
     if cheapest_met(trail.results) is None:
         return trail
@@ -155,6 +158,60 @@ def search(space: SearchSpace, oracle: Oracle) -> SearchTrail:
     _refine_hicache(space, oracle, trail)
     trail.best = cheapest_met(trail.results)
     return trail
+
+
+def _coarse(space: SearchSpace, oracle: Oracle, trail: SearchTrail) -> None:
+    """Step 1: the coarse grid, pruned (:func:`needed_coarse`) unless ``space.prune`` is off.
+    The results enter the trail in grid order whatever the batches, as the whole grid's would."""
+    grid = [(c, f) for c in space.columns() for f in space.fractions]
+    if not space.prune or len(space.hicache_ratios) < 2:
+        got = dict(oracle.evaluate(grid, "coarse"))
+    else:
+        cheapest = min(space.hicache_ratios, key=lambda h: (h is not None, h or 0.0))
+        first = [(c, f) for c, f in grid if c.hicache == cheapest or f == space.fractions[0]]
+        got = dict(oracle.evaluate(first, "coarse"))
+        bound = min((o.cost for o in got.values() if o.met), default=math.inf)
+        rest = [p for p in needed_coarse(space, oracle.cost, bound) if p not in got]
+        if rest:
+            got.update(oracle.evaluate(rest, "coarse"))
+    for p in grid:
+        if p in got:
+            trail.results[p] = got[p]
+            trail.stages[p] = "coarse"
+
+
+def needed_coarse(space: SearchSpace, cost: Callable[[Point], float], bound: float) -> list[Point]:
+    """The coarse points that can change the search's result once a point costing ``bound``
+    is known to meet every SLO: for each HiCache ratio, every column at every level up to the
+    first level above the dearest one that costs at most ``bound`` in any of its columns
+    (all levels when ``bound`` is infinite).
+
+    Why no other point can change anything (the search's steps, in order):
+
+    * the result: the best point costs at most ``bound``, and a skipped point costs more;
+    * a column's memory bracket (its cheapest passing level and the level below it): if the
+      column passes at an evaluated level, the bracket is the same; if not, the level below its
+      cheapest pass is one of its skipped or top evaluated levels, which costs more than
+      ``bound``, hence more than the best point at any time of the search, so the bisection's
+      ``keep`` drops the column before its first midpoint: it evaluates nothing either way;
+    * the SWA-ratio bisection reads the ratios evaluated in the best column's HiCache group
+      (every column has its lowest level evaluated) and its bracket (above);
+    * the HiCache bisection, the binding step and the reasons read points at the best point's
+      memory, or at the level below it, in columns whose HiCache ratio is at most the best's:
+      they cost at most the best point (a smaller host pool, or less GPU memory), so at most
+      ``bound``; they are evaluated in every column of their group, as the reasons compare
+      SWA ratios at one memory.
+
+    With ``bound`` the cost of a met point of the first batch, the pruned search evaluates the
+    same points as the whole grid's beyond the coarse step, in the same order, and picks the same
+    point (tests/test_plan_prune.py checks it on synthetic objectives and on traces)."""
+    out: list[Point] = []
+    for h in space.hicache_ratios:
+        cols = [Column(s, h) for s in space.swa_ratios]
+        cheap = [i for i, f in enumerate(space.fractions) for c in cols if cost((c, f)) <= bound]
+        top = max(cheap, default=-1) + 1
+        out += [(c, f) for c in cols for f in space.fractions[: top + 1]]
+    return out
 
 
 def _evaluate(trail: SearchTrail, oracle: Oracle, points: Sequence[Point], stage: str) -> None:

@@ -228,7 +228,7 @@ def assumptions(source: ReportSource, rec: Point, trace: Any, prices: Prices) ->
         "sizing_notes": sizes.get("notes", []),
         "trace": {k: stats.get(k) for k in _TRACE_KEYS},
         "profile": source.provenance["profile"],
-        "prices_usd_per_gib_hour": {"gpu": prices.gpu, "host": prices.host},
+        "prices_usd_per_gib_hour": {"gpu": prices.gpu_gib_hour, "host": prices.host_gib_hour},
         "provenance": source.provenance,
         "points": len(source.points),
         "seeds": sorted({s for p in source.points for s in p.seeds}),

@@ -123,7 +123,7 @@ def bounds(workload: Sequence, pools: ReplayPools) -> dict[str, Any]:
         hicache_ratio=pools.hicache_ratio,
     )
     host_full, _ = host_cfg.host_capacities()
-    both = optimal_bound(workload, PoolModel(p, pools.full_tokens + int(host_full)))
+    both = optimal_bound(workload, PoolModel(p, pools.full_tokens, host_full_tokens=int(host_full)))
     return {
         "device": device.hit_rate_bound,
         "device_exact": device.exact,

@@ -9,7 +9,8 @@ so the report chooses by one of two documented rules (docs/reports.md):
 - without: among the points with no failed request, those within ``HIT_RATE_TOLERANCE`` of the
   best hit rate, the cheapest; ties go to the lower p90 TTFT, then grid order.
 
-Memory cost is GPU KV memory plus host KV memory (all TP ranks), priced per GiB-hour.
+Memory cost is the planner's (:mod:`simulator.planner.plan_cost`, one definition for `plan` and
+`report`): the GPU KV budget plus the HiCache host pools, all TP ranks, priced per GiB-hour.
 """
 
 from __future__ import annotations
@@ -19,14 +20,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from simulator.errors import ConfigError
+from simulator.errors import ConfigError, KvplanError
+from simulator.planner.plan_cost import (
+    DEFAULT_GPU_PRICE,
+    DEFAULT_HOST_PRICE,
+    Prices,
+    kv_memory_gib,
+    price_per_hour,
+)
 from simulator.reports.source import Point
 
+__all__ = ["DEFAULT_GPU_PRICE", "DEFAULT_HOST_PRICE", "Prices"]  # the planner's, re-exported
 HIT_RATE_TOLERANCE = 0.005
-GIB = 1 << 30
-# USD per GiB-hour: an H200 (141 GiB HBM) at about $3.50/hour; server DRAM at about $0.004.
-DEFAULT_GPU_PRICE = 0.025
-DEFAULT_HOST_PRICE = 0.004
 _OPS = {"<=": operator.le, "<": operator.lt, ">=": operator.ge, ">": operator.gt}
 
 
@@ -79,37 +84,33 @@ def metric(summary: dict[str, Any] | None, path: str) -> float | None:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
 
 
-@dataclass(frozen=True)
-class Prices:
-    """USD per GiB-hour of GPU KV memory and of host KV memory."""
-
-    gpu: float = DEFAULT_GPU_PRICE
-    host: float = DEFAULT_HOST_PRICE
-
-
 def memory(config: dict[str, Any]) -> dict[str, float | None]:
-    """GPU and host KV memory (GiB, all TP ranks) SGLang allocates for a configuration; None
-    for each where SGLang refuses the configuration (such a point has no cost)."""
+    """GPU KV and host memory (GiB, all TP ranks) as the planner prices them
+    (:func:`simulator.planner.plan_cost.kv_memory_gib`), and the pools' tokens; None for each
+    where SGLang refuses the configuration (such a point has no cost)."""
     from simulator.reports.configs import sim_config
 
     cfg = sim_config(config)
+    sized = kv_memory_gib(cfg)
     try:
-        sizes = cfg.pool_sizes().to_dict()
-    except ConfigError:
+        sizes = cfg.pool_sizes().to_dict() if sized is not None else None
+    except KvplanError:
+        sizes = None
+    if sized is None or sizes is None:
         return dict.fromkeys(("gpu_kv_gib", "host_kv_gib", "full_tokens", "swa_tokens"))
-    ranks = int(cfg.tp)
     return {
-        "gpu_kv_gib": sizes["device_bytes"] * ranks / GIB,
-        "host_kv_gib": sizes["host_bytes"] * ranks / GIB,
+        "gpu_kv_gib": sized[0],
+        "host_kv_gib": sized[1],
         "full_tokens": float(sizes["full_tokens"]),
         "swa_tokens": float(sizes.get("swa_tokens") or 0),
     }
 
 
 def cost_per_hour(mem: dict[str, float | None], prices: Prices) -> float | None:
+    """The planner's price (:func:`simulator.planner.plan_cost.price_per_hour`) of ``mem``."""
     if mem["gpu_kv_gib"] is None or mem["host_kv_gib"] is None:
         return None
-    return mem["gpu_kv_gib"] * prices.gpu + mem["host_kv_gib"] * prices.host
+    return price_per_hour(mem["gpu_kv_gib"], mem["host_kv_gib"], prices)
 
 
 @dataclass(frozen=True)
