@@ -15,7 +15,9 @@ import pytest
 import simpy
 from test_engine_server import LinearCost
 
+from simulator.engine import metrics
 from simulator.engine.config import SimConfig
+from simulator.engine.metrics import Recorder
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel, ServerPools
 from simulator.engine.server_state import LPM_FALLBACK_QUEUE_LEN
@@ -79,9 +81,9 @@ def _requests(n: int, seed: int = 0) -> list[SimRequest]:
     return out
 
 
-def _serve(reqs: list[SimRequest], queue, cfg: SimConfig, on_pass=None) -> ServerModel:
+def _serve(reqs: list[SimRequest], queue, cfg: SimConfig, on_pass=None, observer=None) -> ServerModel:
     env = simpy.Environment()
-    srv = ServerModel(env, cfg, POOLS, LinearCost())
+    srv = ServerModel(env, cfg, POOLS, LinearCost(), observer=observer)
     srv.waiting = queue
     srv.on_pass = None if on_pass is None else (lambda: on_pass(srv))
 
@@ -164,3 +166,26 @@ def test_waiting_queue_answers_as_a_list(n):
     q = WaitingQueue(items)
     q.remove_admitted(items[1::2])  # not the head: filtered out
     assert list(q) == items[0::2]
+
+
+def test_recorder_packs_stepwise_decode_records_without_changing_the_columns(monkeypatch):
+    """While requests wait, every decode step is recorded on its own (no jump); the recorder
+    packs them (``Recorder._pack_decode``), so a step does not keep three one-element arrays and
+    a tuple alive. Packing every 3 records gives the columns of never packing; jumps (the
+    queue drains at the end) stay in order between the packed chunks."""
+    cfg = SimConfig(schedule_policy="fcfs")
+    columns = []
+    for pack in (3, 1 << 62):
+        monkeypatch.setattr(metrics, "_DECODE_PACK", pack)
+        rec = Recorder()
+        _serve(_requests(600, seed=2), WaitingQueue(), cfg, observer=rec)
+        assert any(isinstance(c, int) for c in rec._d_chunks)  # some decode jumps too
+        if pack == 3:
+            assert len(rec._d_const_packed) > 1
+            stepwise = sum(1 for c in rec._d_chunks if not isinstance(c, int))
+            assert stepwise < rec._n_steps / 2
+        columns.append(rec._decode_columns())
+    assert columns[0].keys() == columns[1].keys()
+    for name, col in columns[0].items():
+        assert col.dtype == columns[1][name].dtype, name
+        np.testing.assert_array_equal(col, columns[1][name], err_msg=name)
