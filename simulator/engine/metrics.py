@@ -383,6 +383,8 @@ class Recorder(ServerObserver):
 
         latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
         rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
+        # keep the one array (its chunks freed before the request columns are built)
+        self._prefill_packed, self._prefill, self._n_prefill_packed = [rows], [], len(rows)
         used = {c: rows[:, _PREFILL_NAMES.index(c)].astype(np.int64).astype(np.float64) for c in _USED}
         return RunColumns(
             requests=self._request_columns(),
