@@ -70,7 +70,8 @@ def headline(name: str, stdout: str) -> dict | str:
     """The numbers that show the run served everything (and what it found)."""
     if name == "run":
         s = json.loads(stdout)
-        keys = ("requests", "requests_submitted", "aborted", "rejected", "failed", "cache_hit_rate")
+        keys = ("requests", "requests_submitted", "aborted", "rejected", "failed", "unfinished")
+        keys += ("cache_hit_rate", "duration_s", "decode_steps", "prefill_batches")
         return {k: s.get(k) for k in keys}
     lines = [ln for ln in stdout.splitlines() if "requests" in ln or "hit rate" in ln or "aborted" in ln]
     return " | ".join(" ".join(ln.replace("│", " ").split()) for ln in lines)

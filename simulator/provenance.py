@@ -70,7 +70,7 @@ def trace_hash(trace: Any) -> str:
     for f in dataclasses.fields(content):
         arr = np.ascontiguousarray(getattr(content, f.name))
         digest.update(f"{f.name}:{arr.dtype.str}:{arr.shape}".encode())
-        digest.update(arr.tobytes())
+        digest.update(arr.data if arr.dtype != object else arr.tobytes())  # no copy of the content
     loop = trace.closed_loop
     digest.update(canonical_json(None if loop is None else dataclasses.asdict(loop)).encode())
     return digest.hexdigest()

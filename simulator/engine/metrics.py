@@ -171,6 +171,11 @@ class Recorder(ServerObserver):
         self._d_chunks: list[tuple[np.ndarray, np.ndarray, np.ndarray] | int] = []
         self._jumps = JumpColumns()
         self._d_const: list[tuple[int, int, int, int, float]] = []  # (steps, running, queue, round, share)
+        # older per-call constants, packed (_pack_decode); the stepwise records at the end of
+        # _d_chunks not packed yet; records so far (the key of the cached _d_arrays)
+        self._d_const_packed: list[np.ndarray] = []
+        self._d_tail = 0
+        self._d_records = 0
         self._d_arrays: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._n_steps = 0
         self._tokens_since_log = 0
@@ -251,6 +256,10 @@ class Recorder(ServerObserver):
         rnd, share = majority_round(batch)
         self._d_chunks.append((t, full, swa))
         self._d_const.append((k, running, int(queue), rnd, share))
+        self._d_records += 1
+        self._d_tail += 1
+        if self._d_tail >= _DECODE_PACK or len(self._d_const) >= _DECODE_PACK:
+            self._pack_decode()
         if self.log_decode:
             self._log_steps(t, full, swa, running, int(queue))
         else:
@@ -265,6 +274,8 @@ class Recorder(ServerObserver):
             return
         self._jumps.add(jump)
         self._d_chunks.append(jump.steps)
+        self._d_records += 1
+        self._d_tail = 0
         const = self._d_const
         for seg in jump.segments:
             running = len(seg.batch)
@@ -277,6 +288,22 @@ class Recorder(ServerObserver):
             else:
                 const.append((k, running, 0, rnd, share))
         self._n_steps += jump.steps
+
+    def _pack_decode(self) -> None:
+        """Merge the stepwise records at the end of the decode series into one (time, #full,
+        #swa) chunk and the per-call constants into one float64 array: an unjumped step (every
+        step while requests wait) then takes 64 bytes instead of about 560 as three one-element
+        arrays and a tuple of Python numbers. The columns built from them are the same."""
+        n = self._d_tail
+        if n > 1:
+            tail = self._d_chunks[-n:]
+            del self._d_chunks[-n:]
+            self._d_chunks.append(tuple(np.concatenate([c[i] for c in tail]) for i in range(3)))
+        self._d_tail = 0
+        const = self._d_const
+        if const:
+            self._d_const_packed.append(_const_array(const))
+            self._d_const = []
 
     def on_first_token(self, req: SimRequest) -> None:
         self._reqs.setdefault(req)
@@ -356,6 +383,8 @@ class Recorder(ServerObserver):
 
         latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
         rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
+        # keep the one array (its chunks freed before the request columns are built)
+        self._prefill_packed, self._prefill, self._n_prefill_packed = [rows], [], len(rows)
         used = {c: rows[:, _PREFILL_NAMES.index(c)].astype(np.int64).astype(np.float64) for c in _USED}
         return RunColumns(
             requests=self._request_columns(),
@@ -401,7 +430,7 @@ class Recorder(ServerObserver):
         """(time, #full token, #swa token) of every decode step so far, jumps materialised in
         one pass (:class:`JumpColumns`) and cached until the next record."""
         chunks = self._d_chunks
-        if self._d_arrays is not None and self._d_arrays[0] == len(chunks):
+        if self._d_arrays is not None and self._d_arrays[0] == self._d_records:
             return self._d_arrays[1]
         jumps = self._jumps.arrays()
         stepwise = [c for c in chunks if not isinstance(c, int)]
@@ -420,15 +449,16 @@ class Recorder(ServerObserver):
                 col[~from_jump] = np.concatenate([c[i] for c in stepwise])
                 out.append(col)
             out = tuple(out)
-        self._d_arrays = (len(chunks), out)
+        self._d_arrays = (self._d_records, out)
         return out
 
     def _decode_columns(self) -> dict[str, np.ndarray]:
         """The decode-steps frame's columns as arrays (the summary reads these, no DataFrame)."""
         if not self._d_chunks:
             return {c: np.zeros(0, dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS}
-        n_calls = len(self._d_const)
-        const = np.fromiter(chain.from_iterable(self._d_const), np.float64, 5 * n_calls).reshape(-1, 5)
+        const = _const_array(self._d_const)
+        if self._d_const_packed:
+            const = np.concatenate([*self._d_const_packed, const])
         reps = const[:, 0].astype(np.int64)
         time, full, swa = self._decode_arrays()
         return {
@@ -514,6 +544,13 @@ _PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
 _PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
 _USED = ("full_token", "swa_token")
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
+_DECODE_PACK = 1 << 14  # stepwise decode records (or per-call constants) kept before packing
+
+
+def _const_array(const: list[tuple[int, int, int, int, float]]) -> np.ndarray:
+    """The decode calls' constants (steps, running, queue, round, share) as an (n, 5) array."""
+    return np.fromiter(chain.from_iterable(const), np.float64, 5 * len(const)).reshape(-1, 5)
+
 
 _DECODE_DTYPES = {
     "step": "int64",

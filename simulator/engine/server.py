@@ -42,6 +42,7 @@ from simulator.engine.server_state import (
     init_req_max_new_tokens,
 )
 from simulator.engine.step_costs import StepCosts
+from simulator.engine.waiting_queue import WaitingQueue
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
 
@@ -98,7 +99,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         self._step = unrecorded_step()
         self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
         self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
-        self.waiting: list[ServerReq] = []
+        self.waiting = WaitingQueue()  # admission pops its head (simulator.engine.waiting_queue)
         self.running: list[ServerReq] = []
         self.chunked: ServerReq | None = None
         self.forward_ct = 0
@@ -300,7 +301,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         if self.chunked is not None:
             req, self.chunked = self.chunked, None
         else:
-            req = self.waiting.pop(0)
+            req = self.waiting.popleft()
         why = unservable_reason(req, self.cache, self.pools, self.cfg.max_prefill_tokens)
         self._complete(req, self.env.now, why)
 
@@ -354,8 +355,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         if batch.batch_is_full:
             self.batch_is_full = True
         if batch.admitted:
-            taken = set(map(id, batch.admitted))
-            self.waiting = [r for r in self.waiting if id(r) not in taken]
+            self.waiting.remove_admitted(batch.admitted)
         if batch.chunked is not None:
             self.chunked = batch.chunked
         return batch.reqs
