@@ -14,6 +14,7 @@ Where the extension is not built the compiled half is skipped, unless
 
 from __future__ import annotations
 
+import heapq
 import os
 
 import numpy as np
@@ -114,7 +115,11 @@ def snapshot(tree, alloc: LogAllocator) -> tuple:
     )
 
 
-def walk(tree_cls, order_name: str, page_size: int, record: bool, seed: int, steps: int = 400):
+#: how often the walk matches, inserts, inserts under a lock, locks a match, unlocks and evicts
+MIX = (0.2, 0.3, 0.2, 0.05, 0.1, 0.15)
+
+
+def walk(tree_cls, order_name: str, page_size: int, record: bool, seed: int, steps: int = 400, mix=MIX):
     """Yield the snapshot after each of ``steps`` random tree calls (and what each returned)."""
     rng = np.random.default_rng(seed)
     alloc = LogAllocator(page_size)
@@ -137,9 +142,7 @@ def walk(tree_cls, order_name: str, page_size: int, record: bool, seed: int, ste
         return v
 
     for _ in range(steps):
-        op = rng.choice(
-            ["match", "insert", "insert_locked", "unlock", "evict"], p=[0.2, 0.3, 0.2, 0.15, 0.15]
-        )
+        op = rng.choice(["match", "insert", "insert_locked", "lock", "unlock", "evict"], p=mix)
         out = None
         if op == "match":
             m = tree.match_prefix(make_key())
@@ -170,6 +173,14 @@ def walk(tree_cls, order_name: str, page_size: int, record: bool, seed: int, ste
                 tree.unlock(receipts.pop())
                 receipts.append(tree.lock(node))
             out = (total, node.id, fp, receipt.swa_uuid, tree.path_length(node))
+        elif op == "lock":  # a matched prefix, or a D-leaf (lock churn on leaves)
+            leaves = sorted(tree.device_leaves, key=lambda x: x.id)
+            if leaves and rng.random() < 0.5:
+                node = leaves[int(rng.integers(len(leaves)))]
+            else:
+                node = tree.match_prefix(make_key()).last_node
+            receipts.append(tree.lock(node))
+            out = (node.id, receipts[-1].swa_uuid)
         elif op == "unlock" and receipts:
             tree.unlock(receipts.pop(int(rng.integers(len(receipts)))))
         elif op == "evict":
@@ -188,6 +199,23 @@ def test_random_walk_is_bit_for_bit_equal(compiled, order: str, page_size: int, 
         fast = walk(compiled, order, page_size, record, seed)
         for i, (a, b) in enumerate(zip(pure, fast, strict=True)):
             assert a == b, f"seed {seed}, step {i}: {a[0]} differs"
+
+
+@pytest.mark.parametrize("order", ["lru", "lfu"])
+def test_lock_churn_walk_rebuilds_the_lazy_heap_equally(compiled, monkeypatch, order: str) -> None:
+    """Many lock/unlock cycles and few evictions: stale heap entries pile up until the lazy
+    heap is rebuilt from the D-leaf set (at least once here, counted on the pure class)."""
+    import simulator.radix.unified as unified
+
+    rebuilds = []
+    heapify = heapq.heapify
+    monkeypatch.setattr(unified.heapq, "heapify", lambda h: rebuilds.append(heapify(h)))
+    churn = (0.03, 0.03, 0.02, 0.45, 0.45, 0.02)
+    pure = walk(PureUnifiedSWARadixTree, order, 1, False, seed=8, steps=1500, mix=churn)
+    fast = walk(compiled, order, 1, False, seed=8, steps=1500, mix=churn)
+    for i, (a, b) in enumerate(zip(pure, fast, strict=True)):
+        assert a == b, f"step {i}: {a[0]} differs"
+    assert rebuilds
 
 
 def test_random_walk_evicts_and_heals(compiled) -> None:

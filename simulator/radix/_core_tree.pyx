@@ -16,6 +16,7 @@ cimport numpy as cnp
 from libc.math cimport INFINITY
 from libc.stdint cimport int64_t
 
+from simulator.radix._core_heap cimport LruLeafHeap
 from simulator.radix._core_node cimport SwaLRUList, TreeNode, key_at, match_keys, new_node
 
 from heapq import heapify, heappop, heappush, heapreplace
@@ -76,6 +77,7 @@ cdef class UnifiedSWARadixTree:
     cdef public long long swa_protected
     cdef public TreeNode root
     cdef bint _lru_key  # the order is exactly LRU: its key in C, no on_evicted hook
+    cdef LruLeafHeap _lru_heap  # the lazy heap in C, for exactly LRU (else ``_leaf_heap``)
     # TreeCounters, as C counts (``counters`` builds the dataclass)
     cdef long long n_match, n_insert, n_lock, n_unlock, n_evict, n_full_evicted, n_swa_evicted
     cdef long long n_leaves_deleted, n_tomb_created, n_tomb_healed, n_tomb_tokens_healed, n_splits
@@ -94,6 +96,7 @@ cdef class UnifiedSWARadixTree:
         self._depth_hooks = bool(getattr(eviction_order, "tracks_depth", False))
         self._lru_key = type(eviction_order) is LRU
         self._leaf_heap = []
+        self._lru_heap = LruLeafHeap() if self._lazy_heap and self._lru_key else None
         self.root = self._new_node(_EMPTY, 0, 0)
         self.root.full_lock = 1
         self.root.swa_lock = 1
@@ -147,14 +150,24 @@ cdef class UnifiedSWARadixTree:
         return (self.eviction_order.priority(node, self), node.last_access_time, node.id)
 
     cdef void _push_leaf(self, TreeNode node) except *:
+        cdef LruLeafHeap lh = self._lru_heap
+        if lh is not None:
+            lh.push(node.last_access_time, node.id, node)
+            if lh.n > 4 * len(self.device_leaves) + 64:
+                lh.clear()
+                for x in self.device_leaves:
+                    lh.push((<TreeNode>x).last_access_time, (<TreeNode>x).id, x)
+            return
         heappush(self._leaf_heap, (self._leaf_key(node), node))
         if len(self._leaf_heap) > 4 * len(self.device_leaves) + 64:
             self._leaf_heap = [(self._leaf_key(x), x) for x in self.device_leaves]
             heapify(self._leaf_heap)
 
     cdef TreeNode _pop_lazy_leaf(self):
-        cdef list heap = self._leaf_heap
         cdef TreeNode node
+        if self._lru_heap is not None:
+            return self._pop_lru_leaf()
+        cdef list heap = self._leaf_heap
         cdef tuple entry
         while heap:
             entry = <tuple>heap[0]
@@ -170,6 +183,22 @@ cdef class UnifiedSWARadixTree:
             heappop(heap)
             if not self._lru_key:
                 self.eviction_order.on_evicted(key[0])
+            return node
+        return None
+
+    cdef TreeNode _pop_lru_leaf(self):
+        """``_pop_lazy_leaf`` on the C heap: a stale entry's key undercuts its node's true key."""
+        cdef LruLeafHeap lh = self._lru_heap
+        cdef TreeNode node
+        while lh.n:
+            node = <TreeNode>lh.items[0].node
+            if node not in self.device_leaves:
+                lh.pop()
+                continue
+            if node.last_access_time != lh.items[0].last_access_time:
+                lh.replace_top(node.last_access_time, node.id, node)
+                continue
+            lh.pop()
             return node
         return None
 
