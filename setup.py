@@ -1,10 +1,10 @@
 """Build hook for the optional compiled radix-tree core (everything else is in pyproject.toml).
 
-``simulator/radix/_core_node.pyx``, ``_core_heap.pyx`` and ``_core_tree.pyx`` are Cython; each is an optional
-extension: without Cython or numpy at build time it is left out, and without a C compiler the
-build warns and goes on, so ``pip install -e .`` always succeeds and kvplan runs its
-pure-Python tree (``simulator.radix.unified``). ``KVPLAN_PURE_PYTHON=1`` at build time skips
-the extension too.
+``simulator/radix/_core_*.pyx`` (nodes, the LRU leaf heap, the tree's base and the tree) are
+Cython; each is an optional extension: without Cython or numpy at build time it is left out, and
+without a C compiler the build warns and goes on, so ``pip install -e .`` always succeeds and
+kvplan runs its pure-Python tree (``simulator.radix.unified``). ``KVPLAN_PURE_PYTHON=1`` at build
+time skips the extensions too.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 
 from setuptools import Extension, setup
 
-CORE_MODULES = ("_core_node", "_core_heap", "_core_tree")
+CORE_MODULES = ("_core_node", "_core_heap", "_core_base", "_core_tree")
 
 
 def core_extensions() -> list[Extension]:
