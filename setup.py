@@ -36,7 +36,10 @@ def core_extensions() -> list[Extension]:
         )
         for name in CORE_MODULES
     ]
-    return cythonize(exts, language_level=3, quiet=True)
+    built = cythonize(exts, language_level=3, quiet=True)
+    for ext in built:  # cythonize makes new Extensions and drops ``optional``
+        ext.optional = True
+    return built
 
 
 setup(ext_modules=core_extensions())

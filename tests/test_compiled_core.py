@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import heapq
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +31,7 @@ from simulator.cache_replay import CacheReplayConfig, replay_requests
 from simulator.radix.unified import PureUnifiedSWARadixTree, compiled_tree_class
 
 COMPILED = compiled_tree_class()
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -48,6 +52,18 @@ def test_default_class_follows_the_environment() -> None:
     else:
         assert unified.UnifiedSWARadixTree is COMPILED
     assert cache_mod.UnifiedSWARadixTree is unified.UnifiedSWARadixTree
+
+
+def test_falls_back_to_pure_python_without_the_extension() -> None:
+    """An unbuilt (or unloadable) extension leaves the pure-Python class in place."""
+    code = (
+        "import sys; sys.modules['simulator.radix._core_tree'] = None\n"
+        "import simulator.radix.unified as u, simulator.radix.cache as c\n"
+        "assert u.compiled_tree_class() is None\n"
+        "assert c.UnifiedSWARadixTree is u.UnifiedSWARadixTree is u.PureUnifiedSWARadixTree\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "KVPLAN_PURE_PYTHON"}
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, env=env)
 
 
 # ---------------------------------------------------------------- a random walk of tree calls
