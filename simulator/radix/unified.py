@@ -10,7 +10,7 @@ Without HiCache every node has FULL KV on device, so FULL presence is implicit.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass
+import os
 
 import numpy as np
 
@@ -24,44 +24,11 @@ from simulator.radix.node import (
     match_pages,
     subtree_stats,
 )
+from simulator.radix.tree_results import EvictResult, MatchResult, TreeCounters
 from simulator.radix.unified_insert import UnifiedInsert
 from simulator.request_kv import LockReceipt
 
 _EMPTY = np.empty(0, dtype=np.int64)
-
-
-@dataclass
-class MatchResult:
-    """``MatchResult`` fields the scheduler reads (base_prefix_cache.py)."""
-
-    device_prefix_len: int
-    last_node: TreeNode
-    full_kv_hit_length: int
-    swa_branching_seqlen: int | None
-
-
-@dataclass
-class EvictResult:
-    full_evicted: int = 0
-    swa_evicted: int = 0
-
-
-@dataclass
-class TreeCounters:
-    """Cumulative tree events, for metrics and for proving tests exercise each path."""
-
-    match_calls: int = 0
-    insert_calls: int = 0
-    lock_calls: int = 0
-    unlock_calls: int = 0
-    evict_calls: int = 0
-    full_evicted: int = 0
-    swa_evicted: int = 0
-    leaves_deleted: int = 0
-    tombstones_created: int = 0
-    tombstones_healed: int = 0
-    tombstone_tokens_healed: int = 0
-    splits: int = 0
 
 
 class UnifiedSWARadixTree(UnifiedInsert):
@@ -457,3 +424,26 @@ class UnifiedSWARadixTree(UnifiedInsert):
 
     def stats(self) -> dict:
         return subtree_stats(self.root)
+
+
+# ---------------------------------------------------------------------- the compiled core
+#: The pure-Python class, whichever class ``UnifiedSWARadixTree`` names below.
+PureUnifiedSWARadixTree = UnifiedSWARadixTree
+
+
+def compiled_tree_class() -> type | None:
+    """The Cython build of this class (``_core_tree.pyx``), or None where it was not built."""
+    try:
+        from simulator.radix._core_tree import UnifiedSWARadixTree as compiled
+    except ImportError:
+        return None
+    return compiled
+
+
+def pure_python_requested() -> bool:
+    """``KVPLAN_PURE_PYTHON=1``: run the pure-Python tree even where the compiled one is built."""
+    return os.environ.get("KVPLAN_PURE_PYTHON") == "1"
+
+
+if not pure_python_requested():
+    UnifiedSWARadixTree = compiled_tree_class() or PureUnifiedSWARadixTree  # type: ignore[misc]

@@ -1,0 +1,46 @@
+# Declarations of the compiled tree nodes and SWA LRU list (simulator/radix/_core_node.pyx),
+# shared with the compiled tree (simulator/radix/_core_tree.pyx).
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+
+cdef class TreeNode:
+    cdef public long long id
+    cdef public TreeNode parent
+    cdef public dict children
+    cdef public cnp.ndarray key
+    cdef public long long length
+    cdef public bint swa
+    cdef public long long full_lock
+    cdef public long long swa_lock
+    cdef public object swa_uuid
+    cdef public double last_access_time
+    cdef public double creation_time
+    cdef public long long hit_count
+    cdef public long long priority
+    cdef public TreeNode lru_prev
+    cdef public TreeNode lru_next
+    cdef public TreeNode full_prev
+    cdef public TreeNode full_next
+    cdef public bint in_swa_lru
+    cdef public bint in_full_lru
+    cdef public object value
+
+
+cdef class SwaLRUList:
+    cdef public TreeNode head
+    cdef public TreeNode tail
+    cdef public Py_ssize_t size
+    cdef public str kind
+
+    cdef void c_insert_mru(self, TreeNode node) except *
+    cdef void c_insert_after(self, TreeNode prev, TreeNode node) except *
+    cdef void c_insert_after_unchecked(self, TreeNode prev, TreeNode node) except *
+    cdef void c_remove(self, TreeNode node) except *
+    cdef void c_move_after(self, TreeNode prev, TreeNode node) except *
+    cdef TreeNode c_prev_unlocked(self, TreeNode node)
+
+
+cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, long long priority)
+cdef Py_ssize_t match_keys(cnp.ndarray node_key, cnp.ndarray key, Py_ssize_t offset) noexcept
+cdef int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept

@@ -1,0 +1,158 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""Compiled tree nodes and SWA LRU list of the unified tree (the pure-Python originals are
+:class:`simulator.radix.node.TreeNode` and :class:`~simulator.radix.node.SwaLRUList`).
+
+The same fields and methods, as C structs and calls: the unified tree's hot paths read and link
+nodes without a dictionary or attribute lookup. Keys stay 1-D contiguous int64 numpy arrays
+(page ids), read through their data pointer.
+"""
+
+cimport numpy as cnp
+from libc.stdint cimport int64_t
+
+import numpy as np
+
+cnp.import_array()
+
+
+cdef class TreeNode:
+    """:class:`simulator.radix.node.TreeNode` with C fields (see there for their meaning)."""
+
+    def __init__(self, long long node_id, cnp.ndarray key, long long length, long long priority=0):
+        self.id = node_id
+        self.children = {}
+        self.key = key
+        self.length = length
+        self.priority = priority
+
+    def __repr__(self):  # pragma: no cover - debugging aid
+        return (
+            f"TreeNode(id={self.id}, len={self.length}, swa={self.swa}, "
+            f"locks=({self.full_lock},{self.swa_lock}), children={len(self.children)})"
+        )
+
+
+cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, long long priority):
+    """A fresh node without the Python ``__init__`` call (fields as :class:`TreeNode` sets them)."""
+    cdef TreeNode node = TreeNode.__new__(TreeNode)
+    node.id = node_id
+    node.children = {}
+    node.key = key
+    node.length = length
+    node.priority = priority
+    return node
+
+
+cdef inline int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept:
+    return (<int64_t*>cnp.PyArray_DATA(key))[i]
+
+
+cdef Py_ssize_t match_keys(cnp.ndarray node_key, cnp.ndarray key, Py_ssize_t offset) noexcept:
+    """Number of leading pages of ``node_key`` equal to ``key[offset:]`` (``node.match_pages``)."""
+    cdef Py_ssize_t n = cnp.PyArray_DIM(node_key, 0)
+    cdef Py_ssize_t rest = cnp.PyArray_DIM(key, 0) - offset
+    if rest < n:
+        n = rest
+    if n <= 0:
+        return 0
+    cdef int64_t* a = <int64_t*>cnp.PyArray_DATA(node_key)
+    cdef int64_t* b = (<int64_t*>cnp.PyArray_DATA(key)) + offset
+    cdef Py_ssize_t i
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+cdef class SwaLRUList:
+    """:class:`simulator.radix.node.SwaLRUList`: head side = most recently used; the eviction
+    walk starts at the tail and skips nodes whose SWA lock counter is positive."""
+
+    def __init__(self):
+        self.kind = "swa"
+        empty = np.empty(0, np.int64)
+        self.head = new_node(-1, empty, 0, 0)
+        self.tail = new_node(-2, empty, 0, 0)
+        self.head.lru_next = self.tail
+        self.tail.lru_prev = self.head
+        self.size = 0
+
+    cdef void c_insert_mru(self, TreeNode node) except *:
+        self.c_insert_after_unchecked(self.head, node)
+
+    cdef void c_insert_after(self, TreeNode prev, TreeNode node) except *:
+        assert prev.in_swa_lru
+        self.c_insert_after_unchecked(prev, node)
+
+    cdef void c_insert_after_unchecked(self, TreeNode prev, TreeNode node) except *:
+        assert not node.in_swa_lru
+        node.in_swa_lru = True
+        self.size += 1
+        cdef TreeNode nxt = prev.lru_next
+        node.lru_prev = prev
+        node.lru_next = nxt
+        nxt.lru_prev = node
+        prev.lru_next = node
+
+    cdef void c_remove(self, TreeNode node) except *:
+        assert node.in_swa_lru
+        node.in_swa_lru = False
+        self.size -= 1
+        cdef TreeNode prev = node.lru_prev
+        cdef TreeNode nxt = node.lru_next
+        prev.lru_next = nxt
+        nxt.lru_prev = prev
+        node.lru_prev = None
+        node.lru_next = None
+
+    cdef void c_move_after(self, TreeNode prev, TreeNode node) except *:
+        cdef TreeNode nxt = prev.lru_next
+        if nxt is node:
+            return
+        assert node.in_swa_lru
+        cdef TreeNode before = node.lru_prev
+        cdef TreeNode after = node.lru_next
+        before.lru_next = after
+        after.lru_prev = before
+        node.lru_prev = prev
+        node.lru_next = nxt
+        nxt.lru_prev = node
+        prev.lru_next = node
+
+    cdef TreeNode c_prev_unlocked(self, TreeNode node):
+        cdef TreeNode x = node.lru_prev
+        while x.swa_lock > 0:
+            x = x.lru_prev
+        return None if x is self.head else x
+
+    # -- the Python-visible API of node.SwaLRUList
+    def in_list(self, TreeNode node):
+        return node is not None and node.in_swa_lru
+
+    def insert_mru(self, TreeNode node):
+        self.c_insert_mru(node)
+
+    def insert_after(self, TreeNode prev, TreeNode node):
+        self.c_insert_after(prev, node)
+
+    def remove(self, TreeNode node):
+        self.c_remove(node)
+
+    def reset_mru(self, TreeNode node):
+        assert node.in_swa_lru
+        self.c_move_after(self.head, node)
+
+    def move_after(self, TreeNode prev, TreeNode node):
+        self.c_move_after(prev, node)
+
+    def prev_unlocked(self, TreeNode node):
+        return self.c_prev_unlocked(node)
+
+    def lru_unlocked(self):
+        return self.c_prev_unlocked(self.tail)
+
+    def iter_mru(self):
+        x = self.head.lru_next
+        while x is not self.tail:
+            yield x
+            x = x.lru_next
