@@ -14,13 +14,16 @@ $(VENV)/bin/python:
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 
+# the compiled radix core (setup.py) is rebuilt when its sources change
+CORE_SRC := setup.py $(wildcard simulator/radix/_core_*.pyx simulator/radix/_core_*.pxd)
+
 # the base install (what `kvplan run` needs)
-$(VENV)/.installed-base: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-base: pyproject.toml $(CORE_SRC) | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet -e '.'
 	touch $@
 
 # the test install: pytest and friends, CPU torch + Triton (interpreter) for gpu_replay's tests
-$(VENV)/.installed-test: pyproject.toml | $(VENV)/bin/python
+$(VENV)/.installed-test: pyproject.toml $(CORE_SRC) | $(VENV)/bin/python
 	$(VENV)/bin/pip install --quiet -e '.[dev,gpu]'
 	touch $@ $(VENV)/.installed-base
 
