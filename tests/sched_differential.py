@@ -154,9 +154,9 @@ def _add_counts(totals: dict[str, int], lines: list[dict]) -> None:
     )
 
 
-def compare(workers: Workers, name: str, seeds: range) -> dict[str, int]:
+def compare(workers: Workers, name: str, seeds: range, check: bool = True) -> dict[str, int]:
     """Replay ``seeds``' workloads of configuration ``name`` in SGLang and kvplan, assert 0
-    differences and the exercised counts; the summed oracle counts."""
+    differences and (``check``) the exercised counts; the summed oracle counts."""
     knobs, style, refresh, needs = CONFIGS[name]
     oracle = workers[refresh]
     knobs = dict(knobs, waiting_prefix_refresh=refresh == "on")
@@ -169,9 +169,11 @@ def compare(workers: Workers, name: str, seeds: range) -> dict[str, int]:
         lines = ans["lines"]
         _add_counts(totals, lines)
         ours = kvplan_lines(rows, knobs)
-        assert first_differences(lines, ours) == [], f"{name} seed {seed}"
+        diff = first_differences(lines, ours)
+        assert diff == [], f"{name} seed {seed}: {diff}"
         assert (ours[-1].get("crashed") is None) == (lines[-1].get("crashed") is None), f"seed {seed}"
-    check_exercised(needs, totals)
+    if check:
+        check_exercised(needs, totals)
     return totals
 
 
@@ -181,10 +183,11 @@ def compare_slow(workers: Workers, name: str, request: pytest.FixtureRequest) ->
         pytest.skip("slow: run with -m slow")
     seeds = range(SLOW_FIRST, SLOW_FIRST + SLOW_WORKLOADS)
     t0 = time.perf_counter()
-    totals = compare(workers, name, seeds)
+    totals = compare(workers, name, seeds, check=False)
     report = os.environ.get("KVPLAN_SCHED_SLOW_REPORT")
-    if report:
+    if report:  # recorded before the exercised counts are checked: a short slice may lack one
         line = dict(config=name, first=seeds.start, workloads=len(seeds), differences=0, counts=totals)
         line["seconds"] = round(time.perf_counter() - t0, 1)
         with open(report, "a") as f:
             f.write(json.dumps(line) + "\n")
+    check_exercised(CONFIGS[name][3], totals)
