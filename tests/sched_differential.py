@@ -62,6 +62,9 @@ SHAPES = {
     "overlap-swa-bug": LARGE,
 }
 """Workload shapes other than ``COMPACT``."""
+# CI runs 3 large workloads of the SWA-bug configurations (as before): at 30, some workload
+# among seeds 10-29 ran for minutes (not yet examined; docs/differential-testing.md)
+CI_WORKLOADS = {"plain-swa-bug": 3, "overlap-swa-bug": 3}
 
 # name -> (knobs, workload style, refresh, what its workloads must exercise)
 CONFIGS: dict[str, tuple[dict[str, Any], str, str, tuple[str, ...]]] = {

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import pytest
 
-from tests.sched_differential import GROUPS, N_WORKLOADS, Workers, compare, compare_slow, needs_oracle
+from tests.sched_differential import (
+    CI_WORKLOADS,
+    GROUPS,
+    N_WORKLOADS,
+    Workers,
+    compare,
+    compare_slow,
+    needs_oracle,
+)
 
 pytestmark = needs_oracle
 NAMES = GROUPS["page16"]
@@ -24,7 +32,7 @@ def workers():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_step_replay_matches_sglang_event_loop(workers, name):
-    compare(workers, name, range(N_WORKLOADS))
+    compare(workers, name, range(CI_WORKLOADS.get(name, N_WORKLOADS)))
 
 
 @pytest.mark.slow
