@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import random
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,11 @@ class SchedOracle:
     def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            self.proc.wait(timeout=30)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # a loaded machine: do not wait for its shutdown
+                self.proc.kill()
+                self.proc.wait()
 
 
 def knob_flags(knobs: dict[str, Any]) -> tuple[list[str], list[str]]:
@@ -66,6 +71,8 @@ def knob_flags(knobs: dict[str, Any]) -> tuple[list[str], list[str]]:
         "max_running_requests": ("--max-running-requests", "--max-running-requests"),
         "chunked_prefill_size": ("--chunked-prefill-size", "--chunked-prefill-size"),
         "schedule_policy": ("--schedule-policy", "--schedule-policy"),
+        "schedule_conservativeness": ("--schedule-conservativeness", "--schedule-conservativeness"),
+        "max_prefill_tokens": ("--max-prefill-tokens", "--max-prefill-tokens"),
         "session_gap": ("--session-gap", "--session-gap"),
         "context_length": ("--max-context-len", "--context-length"),
     }
@@ -106,10 +113,19 @@ def crash_signature(crash: dict | None) -> tuple | None:
     return crash["step"], error, any(w.endswith(" free_group_end") for w in crash["where"])
 
 
+POOL_KEYS = ("full_used", "swa_used", "full_evictable", "swa_evictable")
+
+
 def _normalised(line: dict) -> dict:
+    """A crash step compared by its crash signature; its pool counters are left out. SGLang's
+    assertion stops an eviction half-applied (``UnifiedRadixCache._apply_cache_actions`` applies
+    the tree core's actions last-first, after the core has already dropped the node from the
+    evictable counts), kvplan's stops it at the same check in its own order, so what the pools
+    read at that moment is each program's own; the steps before it are compared in full."""
     if "crash" not in line:
         return line
-    return dict(line, crash=crash_signature(line["crash"]))
+    kept = {k: v for k, v in line.items() if k not in POOL_KEYS}
+    return dict(kept, crash=crash_signature(line["crash"]))
 
 
 def first_differences(oracle: list[dict], ours: list[dict], limit: int = 5) -> list[str]:
@@ -132,16 +148,48 @@ def first_differences(oracle: list[dict], ours: list[dict], limit: int = 5) -> l
     return out
 
 
-def generate(seed: int, n: int = 24, vocab: int = 5000, style: str = "mixed") -> list[dict]:
+@dataclass(frozen=True)
+class Shape:
+    """How big a generated workload is. ``LARGE`` is the original shape (24 rows, prompts to
+    1500 tokens, outputs to 120, arrivals to step 300, idle bursts 400 steps apart); ``COMPACT``
+    keeps every mechanism at a fifth of the steps: 12 rows with prompts to 400 tokens and
+    outputs to 60, plus a burst of short-prompt, long-output rows that arrive together, so the
+    decode batch outgrows what the new_token_ratio reserved and retracts on pools of 800."""
+
+    n: int = 24
+    system: tuple[int, int] = (20, 300)
+    new_tokens: tuple[int, ...] = (5, 30, 120, 400, 900)
+    prompt_cap: int = 1500
+    output: tuple[int, int] = (1, 120)
+    arrival: tuple[int, int] = (60, 300)
+    idle_gap: int = 400
+    burst: int = 0
+    burst_prompt: tuple[int, int] = (10, 80)
+    burst_output: tuple[int, int] = (30, 90)
+
+
+LARGE = Shape()
+COMPACT = Shape(
+    n=12, system=(16, 150), new_tokens=(3, 20, 60, 200, 400), prompt_cap=400, output=(1, 60),
+    arrival=(20, 80), idle_gap=100, burst=5,
+)  # fmt: skip
+
+
+def generate(
+    seed: int, n: int | None = None, vocab: int = 5000, style: str = "mixed", shape: Shape = LARGE
+) -> list[dict]:
     """A workload exercising sessions, shared prefixes, long prompts (chunking), bursts and
-    tight memory (retraction): deterministic in ``seed``. ``style`` "idle": three bursts 400
-    steps apart (the server idles between them); "eos": half the rows stop at EOS well before a
-    larger ``max_new_tokens`` (reservations the ratio discounts, NO_TOKEN under pressure)."""
+    tight memory (retraction): deterministic in ``seed``. ``style`` "idle": three bursts
+    ``shape.idle_gap`` steps apart (the server idles between them); "eos": half the rows stop
+    at EOS well before a larger ``max_new_tokens`` (reservations the ratio discounts, NO_TOKEN
+    under pressure). ``LARGE`` gives the rows of the original generator for every seed."""
+    n = shape.n if n is None else n
     rng = random.Random(seed)
-    systems = [[rng.randrange(vocab) for _ in range(rng.randint(20, 300))] for _ in range(3)]
+    systems = [[rng.randrange(vocab) for _ in range(rng.randint(*shape.system))] for _ in range(3)]
     rows: list[dict] = []
     sessions = max(1, n // 4)
     history: dict[int, list[int]] = {}
+    eos_extra = (50, 400) if shape.prompt_cap > 400 else (20, 150)
     for i in range(n):
         s = rng.randrange(sessions)
         prev = history.get(s)
@@ -149,12 +197,12 @@ def generate(seed: int, n: int = 24, vocab: int = 5000, style: str = "mixed") ->
             base = list(rng.choice(systems)) if rng.random() < 0.6 else []
         else:
             base = prev
-        new = [rng.randrange(vocab) for _ in range(rng.choice([5, 30, 120, 400, 900]))]
-        prompt = (base + new)[-1500:]
-        out = [rng.randrange(vocab) for _ in range(rng.randint(1, 120))]
-        arrival = rng.choice([0, 0, rng.randint(0, 60), rng.randint(0, 300)])
+        new = [rng.randrange(vocab) for _ in range(rng.choice(shape.new_tokens))]
+        prompt = (base + new)[-shape.prompt_cap :]
+        out = [rng.randrange(vocab) for _ in range(rng.randint(*shape.output))]
+        arrival = rng.choice([0, 0, rng.randint(0, shape.arrival[0]), rng.randint(0, shape.arrival[1])])
         if style == "idle":
-            arrival = 400 * (i * 3 // n) + rng.randint(0, 20)
+            arrival = shape.idle_gap * (i * 3 // n) + rng.randint(0, 20)
         row: dict[str, Any] = {
             "rid": f"r{i}",
             "input_ids": prompt,
@@ -162,9 +210,29 @@ def generate(seed: int, n: int = 24, vocab: int = 5000, style: str = "mixed") ->
             "arrival_step": arrival,
         }
         if style == "eos" and rng.random() < 0.5:
-            row.update(max_new_tokens=len(out) + rng.randint(50, 400), ignore_eos=False)
+            row.update(max_new_tokens=len(out) + rng.randint(*eos_extra), ignore_eos=False)
         if rng.random() < 0.5:
             row["session"] = f"s{s}"
             history[s] = prompt + out
         rows.append(row)
+    return rows + _burst(seed, vocab, shape)
+
+
+def _burst(seed: int, vocab: int, shape: Shape) -> list[dict]:
+    """``shape.burst`` rows with short prompts and long outputs arriving within 4 steps (with
+    "idle", in the first burst): admitted together on a reservation of ratio x output, they
+    outgrow it and retract. Drawn from their own generator, so the other rows do not depend on
+    them."""
+    rng = random.Random(seed * 7919 + 1)
+    rows = []
+    for j in range(shape.burst):
+        out = [rng.randrange(vocab) for _ in range(rng.randint(*shape.burst_output))]
+        rows.append(
+            {
+                "rid": f"b{j}",
+                "input_ids": [rng.randrange(vocab) for _ in range(rng.randint(*shape.burst_prompt))],
+                "output_ids": out,
+                "arrival_step": rng.randint(0, 3),
+            }
+        )
     return rows
