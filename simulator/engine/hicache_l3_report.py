@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from simulator.engine.hicache_l3_timing import OUTCOMES
+from simulator.radix.hicache_l3_timing import OUTCOMES
 
 PREFETCH_COLUMNS = (
     "rid",

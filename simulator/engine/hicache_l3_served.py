@@ -12,7 +12,7 @@ skips a request while ``check_prefetch_progress`` says its prefetch must be wait
 termination policy) and takes its L3-loaded span (``pop_prefetch_loaded_span``) for
 ``split_cached_prefix_by_tier``. L2 -> L3 backups are queued by the L2 write ack
 (``write_backup_storage``). The storage threads take simulated time
-(:mod:`simulator.engine.hicache_l3_timing`).
+(:mod:`simulator.radix.hicache_l3_timing`).
 
 kvplan issues the prefetches of the requests that arrived during a step at the next step's
 start, before the event check, as SGLang ingests requests at the top of its loop.
@@ -22,12 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from policies.hicache_prefetch import make_prefetch_policy
-from simulator.engine.hicache_l3_timing import TimedStorageController
 from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps, _completed, build_served_cache
 from simulator.errors import ConfigError
+from simulator.radix.hicache_l3_timing import attach_timed_storage
 from simulator.radix.hicache_replay import split_cached_prefix_by_tier
-from simulator.radix.hicache_storage import PageStore, StorageParams
 
 __all__ = ["L3Steps", "check_l3_config"]
 
@@ -45,36 +43,12 @@ def check_l3_config(cfg: Any, resolved: Any) -> None:
         raise ConfigError("--enable-overlap-schedule with an L3 tier is not modelled; drop one of them")
 
 
-def attach_timed_storage(setup: HiCacheSetup, tree: Any) -> TimedStorageController:
-    """The page store of ``--hicache-storage-backend`` (bytes per page from the rank's pool
-    geometry) and the timed controller over ``tree``."""
-    r, geo, p = setup.resolved, setup.geometry, tree.page_size
-    tier = r.storage
-    params = StorageParams(
-        backend=tier.backend,
-        capacity_bytes=tier.capacity_bytes,
-        read_gbps=tier.read_gbps,
-        write_gbps=tier.write_gbps,
-        op_latency_s=tier.op_latency_s,
-        kv_page_bytes=geo.full.bytes_per_token * p,
-        swa_page_bytes=(geo.swa.bytes_per_token if geo.swa is not None else 0) * p,
-    )
-    policy = make_prefetch_policy(
-        r.prefetch_policy,
-        timeout_base_s=r.prefetch_timeout_base,
-        per_ki_token_s=r.prefetch_timeout_per_ki_token,
-    )
-    storage = TimedStorageController(tree, PageStore(params), policy, r.prefetch_threshold)
-    tree.storage = storage
-    return storage
-
-
 class L3Steps(HiCacheSteps):
     """The HiCache step hooks with the L3 tier (module doc)."""
 
     def __init__(self, cache: Any, setup: HiCacheSetup) -> None:
         super().__init__(cache, setup)
-        self.l3 = attach_timed_storage(setup, cache.tree)
+        self.l3 = attach_timed_storage(setup, cache)
         self._arrivals: list = []
         self._spans: dict[str, tuple[int, int | None]] = {}  # rid -> L3-loaded span, until admitted
         self.storage_usage: list[tuple[float, int, int]] = []  # (time, bytes, pages) when it changed

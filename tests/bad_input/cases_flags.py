@@ -127,8 +127,8 @@ def server_flag_cases() -> list[dict]:
                 _case([*_base(command), flag, *value], f"{flag}{' ' + value[0] if value else ''}: ", 1)
             )
         if command != "pools":  # served HiCache refuses what the engine does not serve, in one line
-            hicache = [*_base(command), "--enable-hierarchical-cache", "--radix-eviction-policy", "tlru"]
-            cases.append(_late(hicache, "--radix-eviction-policy tlru with HiCache"))
+            hicache = [*_base(command), "--enable-hierarchical-cache", "--tombstone", "legacy"]
+            cases.append(_late(hicache, "--tombstone legacy with HiCache: SGLang does not support it"))
     for flag, values in SERVER_NUMERIC:
         if flag in ("--page-size", "--swa-eviction-interval"):
             cases += _numeric("cache-replay", flag, values)

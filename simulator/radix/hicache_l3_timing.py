@@ -30,10 +30,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
-from policies.hicache_prefetch import gate_prefetch
+from policies.hicache_prefetch import gate_prefetch, make_prefetch_policy
 from simulator.radix.hicache_prefetch_tree import PrefetchOp, StorageController, _Ack
-from simulator.radix.hicache_storage import KV, SWA, page_hash_chain
+from simulator.radix.hicache_storage import KV, SWA, PageStore, StorageParams, page_hash_chain
 
 STORAGE_BATCH_SIZE = 128  # mem_cache/hicache_storage.py
 
@@ -313,3 +314,29 @@ class TimedStorageController(StorageController):
             if rec is not None:
                 rec.released_s = self.now_s
         return ok
+
+
+def attach_timed_storage(setup: Any, cache: Any) -> TimedStorageController:
+    """The page store of ``--hicache-storage-backend`` (bytes per page from the rank's pool
+    geometry) and the timed controller over the served cache's HiCache tree (``setup``: the
+    engine's ``HiCacheSetup``)."""
+    tree = cache.tree
+    r, geo, p = setup.resolved, setup.geometry, tree.page_size
+    tier = r.storage
+    params = StorageParams(
+        backend=tier.backend,
+        capacity_bytes=tier.capacity_bytes,
+        read_gbps=tier.read_gbps,
+        write_gbps=tier.write_gbps,
+        op_latency_s=tier.op_latency_s,
+        kv_page_bytes=geo.full.bytes_per_token * p,
+        swa_page_bytes=(geo.swa.bytes_per_token if geo.swa is not None else 0) * p,
+    )
+    policy = make_prefetch_policy(
+        r.prefetch_policy,
+        timeout_base_s=r.prefetch_timeout_base,
+        per_ki_token_s=r.prefetch_timeout_per_ki_token,
+    )
+    storage = TimedStorageController(tree, PageStore(params), policy, r.prefetch_threshold)
+    tree.storage = storage
+    return storage
