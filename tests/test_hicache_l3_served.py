@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
+from test_hicache_engine import POOLS, LinearCost  # the same pools and hand-checkable prices
 
 from simulator.cost.hicache_transfer import HostTransferModel, PoolGeometry, TransferGeometry
 from simulator.engine.config import SimConfig
@@ -32,30 +33,11 @@ from simulator.gpus import get_gpu
 from simulator.hicache_args import HiCacheArgs, resolve_hicache_args
 
 TRACE = Path(__file__).resolve().parents[1] / "traces" / "data" / "mooncake_arxiv_head800.jsonl"
-POOLS = ServerPools(
-    page_size=16,
-    full_tokens=1024,
-    swa_tokens=2048,
-    window=64,
-    max_running_requests=8,
-    chunked_prefill_size=4096,
-)
 LAT = 1e-3
 KV_PAGE, SWA_PAGE = 16 * 2 * 4096, 16 * 6 * 4096
 READ_BPS = 0.01e9
 # D's read: one FULL call of 30 pages, then the window's 4 SWA pages
 READ_S = LAT + 30 * KV_PAGE / READ_BPS + LAT + 4 * SWA_PAGE / READ_BPS
-
-
-class LinearCost:
-    def prefill_time(self, extend, prefix):
-        return 1e-3 + 2e-6 * float(np.sum(extend))
-
-    def decode_time(self, bs, full_ctx, swa_ctx):
-        return 2e-3 + 1e-7 * full_ctx + 1e-6 * swa_ctx
-
-    def decode_terms(self, bs):
-        return (2e-3, 1e-7, 0.0, 1e-6, 0.0, 0.0, 0.0)
 
 
 def _setup(
