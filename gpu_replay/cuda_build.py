@@ -109,6 +109,8 @@ def library() -> ctypes.CDLL:
     ]
     lib.kvt_ce_fan.argtypes = [_PTR, _PTR, _INT, _PTR, _PTR, _I64, _I64, _I64, _I64]
     lib.kvt_ce_fan.argtypes += [_INT, _INT, _INT, _INT, _INT, _PTR, _PTR]
+    lib.kvt_ce_3d.argtypes = [_I64, _I64, _I64, _I64, _I64, _I64, _PTR, _PTR, _PTR, _I64]
+    lib.kvt_ce_3d.argtypes += [_INT, _INT, _INT, _INT, _INT, _PTR, _PTR]
     lib.kvt_sleep.argtypes = [_I64, _PTR]
     lib.kvt_host_alloc.argtypes = [_I64, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
     lib.kvt_host_free.argtypes = [_PTR]
@@ -118,6 +120,7 @@ def library() -> ctypes.CDLL:
         lib.kvt_ce_pages,
         lib.kvt_ce_pitched,
         lib.kvt_ce_fan,
+        lib.kvt_ce_3d,
         lib.kvt_sleep,
         lib.kvt_host_alloc,
         lib.kvt_host_free,

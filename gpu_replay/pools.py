@@ -8,8 +8,9 @@ Host (``pool_host/mha.py::MHATokenToKVPoolHost.init_kv_buffer``), per component 
 - ``page_first``: ``[tokens, layer, head, dim]`` (a token's rows of all layers are adjacent)
 - ``page_first_direct``: ``[pages, layer, page_size, head, dim]`` (one page-layer is contiguous)
 
-SGLang stacks K and V into one ``[2, ...]`` tensor; we keep two tensors with the same inner
-layout, which is the same memory pattern per component and allows K and V widths to differ.
+SGLang stacks K and V into one ``[2, ...]`` tensor; by default we keep two tensors with the same
+inner layout, which is the same memory pattern per component and allows K and V widths to
+differ; ``kv_joint=True`` allocates SGLang's one ``[2, ...]`` buffer.
 Host memory is pinned as SGLang pins it: an allocation registered with ``cudaHostRegister``
 (``pool_host/common.py::alloc_with_host_register``; torch's pinned allocator would round each
 block up to a power of two). Where it comes from is ``gpu_replay.host_alloc``'s choice
@@ -18,6 +19,7 @@ block up to a power of two). Where it comes from is ``gpu_replay.host_alloc``'s 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -73,13 +75,21 @@ class DevicePool:
         )
 
 
-def build_device_pool(geo: PoolGeometry, device: str | torch.device, *, stacked: bool = False) -> DevicePool:
+def build_device_pool(
+    geo: PoolGeometry, device: str | torch.device, *, stacked: bool = False, kv_joint: bool = False
+) -> DevicePool:
     """Allocate SGLang's per-layer device buffers (``size + page_size`` rows each).
 
     ``stacked`` carves the per-layer buffers out of one allocation, so that layers sit a constant
     stride apart (SGLang allocates each separately); each buffer is unchanged, and the direct
-    backend can then move a page of every layer in one pitched copy."""
+    backend can then move a page of every layer in one pitched copy. ``kv_joint`` (with equal K
+    and V widths) carves K's and V's layers out of one ``[2, layer, ...]`` allocation, so that a
+    page of every layer and both components is one 3D copy (``gpu_replay.transfer_batch3d``)."""
     dtype = _dtype(geo.dtype_bytes)
+    if kv_joint and geo.head_dim == geo.v_head_dim:
+        shape = (2, geo.layer_num, geo.device_rows, geo.head_num, geo.head_dim)
+        both = torch.empty(shape, dtype=dtype, device=device)
+        return DevicePool(geo=geo, k=list(both[0].unbind(0)), v=list(both[1].unbind(0)))
     out = []
     for dim in (geo.head_dim, geo.v_head_dim):
         shape = (geo.device_rows, geo.head_num, dim)
@@ -152,10 +162,22 @@ def _host_dims(geo: PoolGeometry, layout: str, dim: int) -> tuple[int, ...]:
     raise ValueError(f"host layout {layout!r} is not one of {HOST_LAYOUTS}")
 
 
-def build_host_pool(geo: PoolGeometry, layout: str, *, pin: bool, alloc: str | None = None) -> HostPool:
+def build_host_pool(
+    geo: PoolGeometry, layout: str, *, pin: bool, alloc: str | None = None, kv_joint: bool = False
+) -> HostPool:
     """Allocate the host pool in ``layout`` from ``alloc`` memory (``DEFAULT_HOST_ALLOC`` when
-    None); ``pin`` registers it with CUDA (needs a GPU; ``cuda`` memory is pinned already)."""
+    None); ``pin`` registers it with CUDA (needs a GPU; ``cuda`` memory is pinned already).
+    ``kv_joint`` (equal K and V widths) puts K and V in one ``[2, ...]`` buffer, as SGLang's
+    ``init_kv_buffer`` does (V one component stride after K)."""
     dtype = _dtype(geo.dtype_bytes)
+    if kv_joint and geo.head_dim == geo.v_head_dim:
+        shape = _host_dims(geo, layout, geo.head_dim)
+        buf = allocate(2 * geo.dtype_bytes * math.prod(shape), alloc or DEFAULT_HOST_ALLOC)
+        both = buf.tensor.view(dtype).view((2, *shape))
+        pool = HostPool(geo=geo, layout=layout, k=both[0], v=both[1], buffers=[buf])
+        if pin and buf.kind != "cuda":
+            pool.registered.extend(_register(both))
+        return pool
     tensors, buffers = [], []
     for dim in (geo.head_dim, geo.v_head_dim):
         shape = _host_dims(geo, layout, dim)

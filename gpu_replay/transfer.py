@@ -11,7 +11,9 @@ Implementations per backend:
 - direct: "reference" (one torch ``copy_`` per page, layer and component, as sgl_kernel),
   "batch" (one cudaMemcpyBatchAsync of the merged page copies), "loop" (one cudaMemcpyAsync each),
   "pitched" (one cudaMemcpy2DAsync per page run across all layers; needs a stacked device pool),
-  "cxx_loop" / "cxx_batch" / "cxx_pitched" (the same copies planned and issued in C++);
+  "cxx_loop" / "cxx_batch" / "cxx_pitched" (the same copies planned and issued in C++),
+  "cxx_3d" (one cudaMemcpy3DBatchAsync op per page run across layers and K/V,
+  gpu_replay/transfer_batch3d.py);
 - hybrid (not an SGLang backend): a share of the pages by the copy engines ("pitched" or "batch")
   beside the Triton kernel for the rest, or ("cxx") C++-issued batches beside the nvcc-built row
   kernel; ("staged") all-layer pages through a bounded device ring (row kernel + one copy-engine
@@ -34,7 +36,7 @@ __all__ = ["IMPLS", "KVTransfer"]
 
 IMPLS = {
     "kernel": ("reference", "triton", "triton_tma", "cuda", "cuda_bulk"),
-    "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched"),
+    "direct": ("reference", "batch", "loop", "pitched", "cxx_loop", "cxx_batch", "cxx_pitched", "cxx_3d"),
     "hybrid": ("pitched", "batch", "cxx", "staged", "split"),
 }
 
@@ -72,6 +74,11 @@ class KVTransfer:
 
             cls = CudaRowsTransfer if self.impl == "cuda" else CudaBulkTransfer
             return cls(host, dev, options.get("config"))
+        if self.impl == "cxx_3d":
+            from gpu_replay.transfer_batch3d import Batch3DTransfer
+
+            keys = ("streams", "max_batch", "sort", "merge", "joint", "hint")
+            return Batch3DTransfer(host, dev, **{k: options[k] for k in keys if k in options})
         if self.impl.startswith("cxx_"):
             from gpu_replay.transfer_cuda import CxxCopyTransfer
 

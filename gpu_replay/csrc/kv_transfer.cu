@@ -12,6 +12,9 @@
 // 3. kvt_ce_pages / kvt_ce_pitched: copy-engine page copies issued from C++ (one
 //    cudaMemcpyAsync each, or one cudaMemcpyBatchAsync), adjacent pages merged; SGLang's direct
 //    backend (sgl-kernel/csrc/kvcacheio/transfer.cu, transfer_kv_direct) issues the same copies.
+// 4. kvt_ce_3d: copy-engine copies of whole page runs across layers and components, one
+//    cudaMemcpy3DBatchAsync op each (width = the run's bytes, height = layers, depth = K and V),
+//    so one driver op moves what the per-page copies of (3) need 2 x layers ops for.
 //
 // Every entry point returns 0 or a cudaError_t / negative argument code; addresses are byte
 // addresses (device pointers, or host pointers of registered memory under unified addressing).
@@ -420,11 +423,39 @@ __global__ void sleep_kernel(int64_t ns) {
   } while (static_cast<int64_t>(t - t0) < ns);
 }
 
+// ---- 3D batch ops (one op per page run: rows = layers, slices = components) ----
+
+struct Side3D {
+  int64_t base;  // byte address of the first (component, layer) slot
+  int64_t row;  // bytes between layers (0: tightly packed)
+  int64_t layer_h;  // rows between components (0: tightly packed)
+};
+
+#if CUDART_VERSION >= 12080
+cudaMemcpy3DOperand operand3d(int64_t addr, const Side3D& s) {
+  cudaMemcpy3DOperand o = {};
+  o.type = cudaMemcpyOperandTypePointer;
+  o.op.ptr.ptr = reinterpret_cast<void*>(addr);
+  o.op.ptr.rowLength = static_cast<size_t>(s.row);
+  o.op.ptr.layerHeight = static_cast<size_t>(s.layer_h);
+  return o;
+}
+
+int batch3d(cudaMemcpy3DBatchOp* ops, size_t n, cudaStream_t stream) {
+#if CUDART_VERSION >= 13000
+  return static_cast<int>(cudaMemcpy3DBatchAsync(n, ops, 0, stream));
+#else
+  size_t fail = 0;
+  return static_cast<int>(cudaMemcpy3DBatchAsync(n, ops, &fail, 0, stream));
+#endif
+}
+#endif
+
 }  // namespace
 
 extern "C" {
 
-int kvt_version() { return 7; }
+int kvt_version() { return 8; }
 
 // flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
@@ -549,6 +580,75 @@ int kvt_ce_fan(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, 
     if (rc != cudaSuccess) return static_cast<int>(rc);
   }
   return out;
+}
+
+// One cudaMemcpy3DBatchAsync op per entry i: width[i] bytes from src.base + src_off[i] to
+// dst.base + dst_off[i], `height` rows (layers) `row` bytes apart on each side, `depth` slices
+// (components) row x layer_h bytes apart. The ops are split over n_streams side streams (each
+// issued by its own persistent thread, in batches of at most max_batch ops; fan-out / fan-in
+// with `main` as kvt_ce_fan), or issued on `main` itself when n_streams is 0. flags: bit 0
+// cudaMemcpyFlagPreferOverlapWithCompute.
+int kvt_ce_3d(int64_t src_base, int64_t src_row, int64_t src_layer_h, int64_t dst_base, int64_t dst_row,
+              int64_t dst_layer_h, const int64_t* src_off, const int64_t* dst_off, const int64_t* width,
+              int64_t n_ops, int height, int depth, int flags, int max_batch, int n_streams, void* const* streams,
+              void* main) {
+#if CUDART_VERSION >= 12080
+  if (n_ops < 0 || height <= 0 || depth <= 0 || n_streams < 0 || n_streams > IssuePool::kMax || max_batch < 0)
+    return kBadArgs;
+  if (n_ops == 0) return 0;
+  const Side3D src{src_base, src_row, src_layer_h}, dst{dst_base, dst_row, dst_layer_h};
+  std::vector<cudaMemcpy3DBatchOp> ops(static_cast<size_t>(n_ops));
+  for (int64_t i = 0; i < n_ops; ++i) {
+    if ((src_row && width[i] > src_row) || (dst_row && width[i] > dst_row)) return kBadArgs;
+    cudaMemcpy3DBatchOp& op = ops[i];
+    op = {};
+    op.src = operand3d(src_base + src_off[i], src);
+    op.dst = operand3d(dst_base + dst_off[i], dst);
+    op.extent = make_cudaExtent(static_cast<size_t>(width[i]), static_cast<size_t>(height),
+                                static_cast<size_t>(depth));
+    op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    op.flags = (flags & 1) ? cudaMemcpyFlagPreferOverlapWithCompute : 0;
+  }
+  auto run = [&](size_t lo, size_t hi, cudaStream_t s) -> int {
+    const size_t step = max_batch > 0 ? static_cast<size_t>(max_batch) : (hi - lo);
+    for (size_t a = lo; a < hi; a += step) {
+      const int rc = batch3d(ops.data() + a, std::min(hi, a + step) - a, s);
+      if (rc) return rc;
+    }
+    return 0;
+  };
+  const size_t n = ops.size();
+  if (n_streams == 0) return run(0, n, static_cast<cudaStream_t>(main));
+  cudaEvent_t start = stream_event(main);
+  if (start == nullptr) return static_cast<int>(cudaErrorUnknown);
+  cudaError_t rc = cudaEventRecord(start, static_cast<cudaStream_t>(main));
+  for (int i = 0; i < n_streams && rc == cudaSuccess; ++i)
+    rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0);
+  if (rc != cudaSuccess) return static_cast<int>(rc);
+  std::vector<int> rcs(n_streams, 0);
+  if (n_streams == 1) {
+    rcs[0] = run(0, n, static_cast<cudaStream_t>(streams[0]));
+  } else {
+    int device = 0;
+    cudaGetDevice(&device);
+    issue_pool().run(n_streams, [&](int t) {
+      if (t) cudaSetDevice(device);
+      rcs[t] = run(n * t / n_streams, n * (t + 1) / n_streams, static_cast<cudaStream_t>(streams[t]));
+    });
+  }
+  for (int i = 0; i < n_streams; ++i) {
+    cudaEvent_t done = stream_event(streams[i]);
+    if (done == nullptr) return static_cast<int>(cudaErrorUnknown);
+    rc = cudaEventRecord(done, static_cast<cudaStream_t>(streams[i]));
+    if (rc == cudaSuccess) rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(main), done, 0);
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+  }
+  for (int r : rcs)
+    if (r) return r;
+  return 0;
+#else
+  return static_cast<int>(cudaErrorNotSupported);
+#endif
 }
 
 // A kernel that holds `stream` for `ns` nanoseconds: work queued behind it is issued before it
