@@ -6,8 +6,10 @@ layers, 64 KiB per page and layer, random page ids), on pools that allow one op 
 stacked device pool with K and V in one allocation (``kv_joint``) and host pools of 2 MiB pages
 (``thp``): layer_first joint (``lf``), page_first_direct joint (``pfd``), layer_first with K and V
 in two buffers (``lf_sep``, the earlier sessions' pool), and a layer_first joint pool twice as
-large (``lf_big``: its K-to-V stride is past 4 GiB). Parts:
+large (``lf_big``: its K-to-V stride is past 4 GiB) and one under 2 GiB (``lf_s``). Parts:
 
+- ``probe``: one op of each shape class on each pool (return codes); where only ops with larger
+  pitches fail, the movers get a pitch cap (the largest that passed);
 - ``check``: every mover of the run against plain indexing (bulk, one layer, a layer subset);
 - ``peak``: best of 10 contiguous 1 GiB copies per direction (``scatter_bench.peak``);
 - ``bulk``: 512 random pages x 18 layers, one call, 3D variants and the earlier best paths
@@ -47,6 +49,7 @@ HOSTS = {  # name: (layout, K and V in one buffer, host cap GiB (full + SWA))
     "pfd": ("page_first_direct", True, 12.0),
     "lf_sep": ("layer_first", False, 12.0),
     "lf_big": ("layer_first", True, 24.0),
+    "lf_s": ("layer_first", True, 5.0),  # K-to-V stride under 2 GiB
 }
 
 
@@ -90,6 +93,7 @@ class Setup3D:
             }
             print("alloc", name, self.alloc_info[name], flush=True)
         self.gen = torch.Generator().manual_seed(0)
+        self.max_pitch: int | None = None  # set by the probe where large pitches fail
 
     def indices(self, n_pages: int, host: str, device: bool):
         g, hg = self.geo, self.hosts[host].geo
@@ -105,15 +109,21 @@ def movers(s: Setup3D, part: str) -> dict:
     out = {}
     for name in s.hosts:
         h = s.hosts[name]
-        out[f"{name}:3d[s0]"] = (name, Batch3DTransfer(h, s.dev), False)
+        out[f"{name}:3d[s0]"] = (name, Batch3DTransfer(h, s.dev, max_pitch=s.max_pitch), False)
     lf = s.hosts["lf"]
-    out["lf:3d[s1]"] = ("lf", Batch3DTransfer(lf, s.dev, streams=1), False)
+    if s.max_pitch is not None:  # the uncapped shapes again, to see them fail or not
+        out["lf:3d[uncapped]"] = ("lf", Batch3DTransfer(lf, s.dev), False)
+    out["lf:3d[s1]"] = ("lf", Batch3DTransfer(lf, s.dev, streams=1, max_pitch=s.max_pitch), False)
     if part == "overlap":
         out["lf:tma_pdl"] = ("lf", CudaBulkTransfer(lf, s.dev, PER_LAYER_TMA), True)
         return out
-    out["lf:3d[s2mb64]"] = ("lf", Batch3DTransfer(lf, s.dev, streams=2, max_batch=64), False)
-    out["lf:3d[nojoint]"] = ("lf", Batch3DTransfer(lf, s.dev, joint=False), False)
-    out["lf:3d[nohint]"] = ("lf", Batch3DTransfer(lf, s.dev, hint=False), False)
+    out["lf:3d[s2mb64]"] = (
+        "lf",
+        Batch3DTransfer(lf, s.dev, streams=2, max_batch=64, max_pitch=s.max_pitch),
+        False,
+    )
+    out["lf:3d[nojoint]"] = ("lf", Batch3DTransfer(lf, s.dev, joint=False, max_pitch=s.max_pitch), False)
+    out["lf:3d[nohint]"] = ("lf", Batch3DTransfer(lf, s.dev, hint=False, max_pitch=s.max_pitch), False)
     out["lf:ce[s4mb128sorted]"] = (
         "lf",
         CxxCopyTransfer(lf, s.dev, "batch", streams=4, max_batch=128, side=True, sort=True),
@@ -131,12 +141,91 @@ def movers(s: Setup3D, part: str) -> dict:
     return out
 
 
+def probe(s: Setup3D) -> list[dict]:
+    """One op of each shape class through ``kvt_ce_3d`` on the run's pools: which the driver takes
+    (return code) and whether the bytes land."""
+    import numpy as np
+
+    lib, out = library(), []
+    g = s.geo
+    pb = g.page_size * g.k_row_bytes
+    cur = torch.cuda.current_stream().cuda_stream
+    for hn in s.hosts:
+        host = s.hosts[hn]
+        hk, dk = host.addressing("k"), s.dev.addressing("k")
+        hv, dv = host.addressing("v"), s.dev.addressing("v")
+        e = s.dev.k[0].element_size()
+        h_layer = hk.bases[1] - hk.bases[0]
+        d_layer = dk.bases[1] - dk.bases[0]
+        h_cs, d_cs = hv.bases[0] - hk.bases[0], dv.bases[0] - dk.bases[0]
+        hp, dp = 7, 11  # page ids
+        so = np.array([hp * hk.page_stride * e], dtype=np.int64)
+        do = np.array([dp * dk.page_stride * e], dtype=np.int64)
+        w = np.array([pb], dtype=np.int64)
+        cases = {
+            "1d_row0": (0, 0, 0, 0, 1, 1),
+            "1d_row_w": (pb, 0, pb, 0, 1, 1),
+            "2d_layers": (h_layer, 0, d_layer, 0, g.layer_num, 1),
+            "2d_layers_lh": (h_layer, g.layer_num, d_layer, g.layer_num, g.layer_num, 1),
+            "3d_one_layer": (h_cs, 1, d_cs, 1, 1, 2),
+            "3d_all": (h_layer, h_cs // h_layer if h_layer else 0, d_layer, d_cs // d_layer, g.layer_num, 2),
+        }
+        for name, (hr, hlh, dr, dlh, height, depth) in cases.items():
+            if depth == 2 and (h_cs <= 0 or d_cs <= 0):
+                continue  # V before K on a side: the transfer takes two ops there
+            for flags in (1, 0, 5):  # hint; no hint; hint with packed sides passed as 0
+                rc = lib.kvt_ce_3d(
+                    hk.bases[0],
+                    hr,
+                    hlh,
+                    dk.bases[0],
+                    dr,
+                    dlh,
+                    so.ctypes.data,
+                    do.ctypes.data,
+                    w.ctypes.data,
+                    1,
+                    height,
+                    depth,
+                    flags,
+                    0,
+                    0,
+                    None,
+                    cur,
+                )
+                err = int(torch.cuda.cudart().cudaGetLastError())
+                torch.cuda.synchronize()
+                row = {"host": hn, "case": name, "flags": flags, "rc": rc, "last_error": err}
+                row |= {"h_row": hr, "h_lh": hlh, "d_row": dr, "d_lh": dlh, "height": height, "depth": depth}
+                out.append(row)
+                print("probe", row, flush=True)
+    ok = [max(r["h_row"] * max(r["h_lh"], 1), r["d_row"] * max(r["d_lh"], 1)) for r in out if r["rc"] == 0]
+    bad = [max(r["h_row"] * max(r["h_lh"], 1), r["d_row"] * max(r["d_lh"], 1)) for r in out if r["rc"] != 0]
+    if bad and ok and min(bad) > max(ok):  # only ops with larger pitches fail: cap them
+        s.max_pitch = max(ok)
+    print("probe: max_pitch", s.max_pitch, flush=True)
+    return out
+
+
+def _each(ms: dict, fn, log: list) -> None:
+    """``fn(name, host_name, mover, dev_idx)`` per mover; a mover the driver refuses is recorded
+    (``{"impl", "error"}``) and the run goes on."""
+    for name, (hn, m, dev_idx) in ms.items():
+        try:
+            fn(name, hn, m, dev_idx)
+        except RuntimeError as exc:
+            log.append({"impl": name, "error": str(exc)})
+            print("error", name, exc, flush=True)
+            torch.cuda.synchronize()
+
+
 def check(s: Setup3D) -> list[str]:
-    """Each 3D mover moves exactly the pages' rows, bulk and one layer, both directions."""
-    out = []
-    for name, (host_name, m, dev_idx) in movers(s, "check").items():
-        host = s.hosts[host_name]
-        ok = True
+    """Each mover moves exactly the pages' rows (a layer subset, all layers, one layer) H2D, and
+    one layer back D2H."""
+    out: list = []
+
+    def one(name, host_name, m, dev_idx):
+        host, ok = s.hosts[host_name], True
         for layers in ((0, 5, 17), tuple(range(s.geo.layer_num)), (7,)):
             hi, di = s.indices(40, host_name, dev_idx)
             for lay in layers:
@@ -155,6 +244,8 @@ def check(s: Setup3D) -> list[str]:
             i = layers[0]
             ok = ok and _same(s.dev.k[i][d], hk(i)) and _same(s.dev.v[i][d], hv(i))
         out.append(f"{name}: {'ok' if ok else 'MISMATCH'}")
+
+    _each(movers(s, "check"), one, out)
     print("check", out, flush=True)
     return out
 
@@ -190,7 +281,8 @@ def bulk(s: Setup3D, reps: int, gate_s: float, res: list) -> None:
     nbytes = 512 * s.geo.layer_num * s.geo.page_layer_bytes
     lib = library()
     gated = {"lf:3d[s0]", "lf:3d[nojoint]", "lf:ce[s4mb128sorted]", "pfd:3d[s0]", "lf_big:3d[s0]"}
-    for name, (hn, m, dev_idx) in movers(s, "bulk").items():
+
+    def one(name, hn, m, dev_idx):
         hi, di = s.indices(512, hn, dev_idx)
         for d in ("h2d", "d2h"):
             ev, issue = _timed(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), reps)
@@ -199,15 +291,19 @@ def bulk(s: Setup3D, reps: int, gate_s: float, res: list) -> None:
             if name in gated:
                 exe, iss = _gated(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), 5, gate_s, lib)
                 res.append(row | {"kind": "gated_bulk", "max_issue_s": max(iss)} | _gbps(nbytes, exe))
-        mine = [r for r in res if r["impl"] == name]
+        mine = [r for r in res if r["impl"] == name and "gbps" in r]
         print(
-            f"bulk {name:22s} " + " ".join(f"{r['kind'][:5]}:{r['direction']} {r['gbps']:.2f}" for r in mine)
+            f"bulk {name:22s} " + " ".join(f"{r['kind'][:5]}:{r['direction']} {r['gbps']:.2f}" for r in mine),
+            flush=True,
         )
+
+    _each(movers(s, "bulk"), one, res)
 
 
 def per_layer(s: Setup3D, reps: int, res: list) -> None:
     n_layers = s.geo.layer_num
-    for name, (hn, m, dev_idx) in movers(s, "per_layer").items():
+
+    def one(name, hn, m, dev_idx):
         for prefix in PREFIXES:
             n = prefix // s.geo.page_size
             hi, di = s.indices(n, hn, dev_idx)
@@ -225,12 +321,14 @@ def per_layer(s: Setup3D, reps: int, res: list) -> None:
                     "issue_s": statistics.median(issue) / n_layers,
                 }
                 res.append(row | _gbps(n * s.geo.page_layer_bytes, [x / n_layers for x in ev]))
-        mine = [r for r in res if r["impl"] == name]
+        mine = [r for r in res if r["impl"] == name and "gbps" in r]
         print(
             f"layer {name:22s} "
             + " ".join(f"{r['prefix'] // 1024}k:{r['direction']} {r['gbps']:.2f}" for r in mine),
             flush=True,
         )
+
+    _each(movers(s, "per_layer"), one, res)
 
 
 def overlap(s: Setup3D, res: list) -> None:
@@ -241,7 +339,8 @@ def overlap(s: Setup3D, res: list) -> None:
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
 
     t_attn = statistics.median(_time(attn, 10))
-    for name, (hn, m, dev_idx) in movers(s, "overlap").items():
+
+    def one(name, hn, m, dev_idx):
         for prefix in (4096, 32768):
             hi, di = s.indices(prefix // s.geo.page_size, hn, dev_idx)
             for order in ("load_first", "compute_first"):
@@ -251,14 +350,16 @@ def overlap(s: Setup3D, res: list) -> None:
                 ratio = {x: round(y["compute_over_load"], 2) for x, y in res[-1].items() if x.startswith("x")}
                 print("overlap", name, prefix, order, hidden, ratio, flush=True)
 
+    _each(movers(s, "overlap"), one, res)
+
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "scatter3d.json"))
-    ap.add_argument("--hosts", default="lf,pfd,lf_sep,lf_big")
+    ap.add_argument("--hosts", default="lf,pfd,lf_sep,lf_big,lf_s")
     ap.add_argument("--alloc", default="thp")
-    ap.add_argument("--device-cap-gib", type=float, default=8.0)
-    ap.add_argument("--parts", default="check,peak,bulk,per_layer,overlap")
+    ap.add_argument("--device-cap-gib", type=float, default=6.0, help="K-to-V stride 1.8 GB")
+    ap.add_argument("--parts", default="probe,check,peak,bulk,per_layer,overlap")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--gate-ms", type=float, default=40.0)
     args = ap.parse_args()
@@ -273,6 +374,7 @@ def main() -> None:
 
     load = torch.cuda.Stream()  # a load stream: the 3D call refuses the legacy default stream
     steps = {
+        "probe": lambda: res.__setitem__("probe", probe(s)),
         "check": lambda: res.__setitem__("check", check(s)),
         "peak": lambda: res.__setitem__("peak", peak(s, args.reps)),
         "bulk": lambda: bulk(s, args.reps, args.gate_ms / 1e3, res.setdefault("bulk", [])),

@@ -77,7 +77,7 @@ class KVTransfer:
         if self.impl == "cxx_3d":
             from gpu_replay.transfer_batch3d import Batch3DTransfer
 
-            keys = ("streams", "max_batch", "sort", "merge", "joint", "hint")
+            keys = ("streams", "max_batch", "sort", "merge", "joint", "hint", "max_pitch")
             return Batch3DTransfer(host, dev, **{k: options[k] for k in keys if k in options})
         if self.impl.startswith("cxx_"):
             from gpu_replay.transfer_cuda import CxxCopyTransfer

@@ -80,26 +80,31 @@ def page_ops(
     )
 
 
-def _rows(b: np.ndarray, width: int) -> int | None:
+def _rows(b: np.ndarray, width: int, max_pitch: int | None = None) -> int | None:
     """The constant layer stride of ``b`` ([component, layer] byte addresses) if every component
-    has it and it holds ``width``; 0 for one layer; None otherwise."""
+    has it, it holds ``width`` and is at most ``max_pitch``; 0 for one layer; None otherwise."""
     if b.shape[1] == 1:
         return 0
     steps = np.diff(b, axis=1)
     row = int(steps.flat[0])
+    if max_pitch is not None and row > max_pitch:
+        return None
     return row if row >= width and (steps == row).all() else None
 
 
-def _joint(src: np.ndarray, dst: np.ndarray, width: int) -> OpShape | None:
-    """One shape for both components (V a fixed stride after K on both sides), or None."""
+def _joint(src: np.ndarray, dst: np.ndarray, width: int, max_pitch: int | None) -> OpShape | None:
+    """One shape for both components (V a fixed stride after K on both sides, at most
+    ``max_pitch`` bytes), or None."""
     if src.shape[0] != 2:
         return None
     order = [0, 1] if src[1, 0] > src[0, 0] else [1, 0]
     sides = []
     for b in (src[order], dst[order]):
         cs = int(b[1, 0] - b[0, 0])
-        row = _rows(b, width)
+        row = _rows(b, width, max_pitch)
         if cs <= 0 or row is None or not (np.diff(b, axis=0) == cs).all():
+            return None
+        if max_pitch is not None and cs > max_pitch:
             return None
         if row == 0:  # one layer: a row is the component stride, one row per slice
             if cs < width:
@@ -113,18 +118,20 @@ def _joint(src: np.ndarray, dst: np.ndarray, width: int) -> OpShape | None:
     return OpShape(sb, sr, sh, db, dr, dh, height=src.shape[1], depth=2)
 
 
-def shapes_3d(src: np.ndarray, dst: np.ndarray, width: int, joint: bool = True) -> list[OpShape]:
+def shapes_3d(
+    src: np.ndarray, dst: np.ndarray, width: int, joint: bool = True, max_pitch: int | None = None
+) -> list[OpShape]:
     """The op shapes that cover every (component, layer) slot of ``src`` / ``dst`` ([component,
     layer] base byte addresses) for ops up to ``width`` bytes wide: one for both components where
     they allow it (``joint``), else one per component with a constant layer stride, else one per
-    component and layer."""
+    component and layer; no row or slice pitch above ``max_pitch`` bytes (None: no limit)."""
     if joint:
-        shape = _joint(src, dst, width)
+        shape = _joint(src, dst, width, max_pitch)
         if shape is not None:
             return [shape]
     out = []
     for c in range(src.shape[0]):
-        rs, rd = _rows(src[c : c + 1], width), _rows(dst[c : c + 1], width)
+        rs, rd = _rows(src[c : c + 1], width, max_pitch), _rows(dst[c : c + 1], width, max_pitch)
         if rs is not None and rd is not None:
             out.append(OpShape(int(src[c, 0]), rs, 0, int(dst[c, 0]), rd, 0, height=src.shape[1], depth=1))
             continue
@@ -153,7 +160,7 @@ class Batch3DTransfer:
     stream, which the call refuses); n > 0 fans the ops out over n shared side streams, each
     issued by its own persistent host thread, in batches of at most ``max_batch`` ops (0: one).
     ``sort`` orders the pages by host page id; ``joint`` allows one op for K and V; ``hint`` sets
-    ``cudaMemcpyFlagPreferOverlapWithCompute``."""
+    ``cudaMemcpyFlagPreferOverlapWithCompute``; ``max_pitch`` caps the pitches an op may use."""
 
     def __init__(
         self,
@@ -165,12 +172,13 @@ class Batch3DTransfer:
         merge: bool = True,
         joint: bool = True,
         hint: bool = True,
+        max_pitch: int | None = None,
     ) -> None:
         if host.layout == "page_first":
             raise ValueError("page_first host pages of one layer are not contiguous: no direct copies")
         self.host, self.dev = host, dev
         self.streams, self.max_batch, self.sort, self.merge = streams, max_batch, sort, merge
-        self.joint, self.hint = joint, hint
+        self.joint, self.hint, self.max_pitch = joint, hint, max_pitch
         self.esize = dev.k[0].element_size()
         self.on_cuda = dev.k[0].is_cuda
         self._shapes: dict[tuple, tuple] = {}
@@ -226,7 +234,7 @@ class Batch3DTransfer:
                 self._shapes[key] = self._bases(comps, layers, direction)
             src, dst, sps, dps = self._shapes[key]
             ops = self._plan(host_indices, device_indices, direction, comps, row_bytes, sps, dps)
-            for shape in shapes_3d(src, dst, int(ops[2].max()), self.joint):
+            for shape in shapes_3d(src, dst, int(ops[2].max()), self.joint, self.max_pitch):
                 if self.on_cuda:
                     self._issue(shape, ops)
                 else:

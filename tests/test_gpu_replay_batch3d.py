@@ -128,9 +128,17 @@ def _case(layout, joint, stacked, direction, layers, device, seed, options=None,
         for lay in range(geo.layer_num)
     }
     mover = KVTransfer(host, dev, "direct", "cxx_3d", **(options or {}))
-    mover.transfer(hi, di, layers, direction)
-    if device == "cuda":
-        torch.cuda.synchronize()
+    try:
+        mover.transfer(hi, di, layers, direction)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        _expect(host, dev, geo, hi, di, layers, direction, src_rows, before)
+    finally:
+        host.release()
+
+
+def _expect(host, dev, geo, hi, di, layers, direction, src_rows, before) -> None:
+    bits = lambda t: t.view(torch.int16)  # noqa: E731
     sidx, didx = (hi, di) if direction == "h2d" else (di, hi)
     for c in ("k", "v"):
         for lay in range(geo.layer_num):
@@ -201,3 +209,15 @@ def test_joint_stacked_pools_take_one_op_per_page(layout):
             src, dst, _, _ = mover._bases(("k", "v"), layers, direction)
             shapes = shapes_3d(src, dst, geo.page_size * geo.k_row_bytes)
             assert [(s.height, s.depth) for s in shapes] == [(height, 2)]
+
+
+def test_shapes_keep_pitches_under_a_cap():
+    src = np.array([[1000, 1100, 1200], [1300, 1400, 1500]])
+    dst = np.array([[0, 50, 100], [150, 200, 250]])
+    # the slice pitch (300) over the cap: one op per component, rows of 100 still allowed
+    assert shapes_3d(src, dst, 50, max_pitch=299) == [
+        OpShape(1000, 100, 0, 0, 50, 0, 3, 1),
+        OpShape(1300, 100, 0, 150, 50, 0, 3, 1),
+    ]
+    # the row pitch over the cap too: one op per component and layer
+    assert len(shapes_3d(src, dst, 50, max_pitch=99)) == 6

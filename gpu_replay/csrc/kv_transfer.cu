@@ -587,7 +587,7 @@ int kvt_ce_fan(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, 
 // (components) row x layer_h bytes apart. The ops are split over n_streams side streams (each
 // issued by its own persistent thread, in batches of at most max_batch ops; fan-out / fan-in
 // with `main` as kvt_ce_fan), or issued on `main` itself when n_streams is 0. flags: bit 0
-// cudaMemcpyFlagPreferOverlapWithCompute.
+// cudaMemcpyFlagPreferOverlapWithCompute, bit 2 pass packed (0) rows / layer heights as 0.
 int kvt_ce_3d(int64_t src_base, int64_t src_row, int64_t src_layer_h, int64_t dst_base, int64_t dst_row,
               int64_t dst_layer_h, const int64_t* src_off, const int64_t* dst_off, const int64_t* width,
               int64_t n_ops, int height, int depth, int flags, int max_batch, int n_streams, void* const* streams,
@@ -602,8 +602,13 @@ int kvt_ce_3d(int64_t src_base, int64_t src_row, int64_t src_layer_h, int64_t ds
     if ((src_row && width[i] > src_row) || (dst_row && width[i] > dst_row)) return kBadArgs;
     cudaMemcpy3DBatchOp& op = ops[i];
     op = {};
-    op.src = operand3d(src_base + src_off[i], src);
-    op.dst = operand3d(dst_base + dst_off[i], dst);
+    // Packed sides (0) are given explicitly (the op's width, its height) unless flags bit 2 asks
+    // for the zeros the API documents as "tightly packed".
+    const bool raw = flags & 4;
+    const Side3D s{src.base, src.row || raw ? src.row : width[i], src.layer_h || raw ? src.layer_h : height};
+    const Side3D d{dst.base, dst.row || raw ? dst.row : width[i], dst.layer_h || raw ? dst.layer_h : height};
+    op.src = operand3d(src_base + src_off[i], s);
+    op.dst = operand3d(dst_base + dst_off[i], d);
     op.extent = make_cudaExtent(static_cast<size_t>(width[i]), static_cast<size_t>(height),
                                 static_cast<size_t>(depth));
     op.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
