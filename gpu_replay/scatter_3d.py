@@ -193,9 +193,8 @@ def probe(s: Setup3D) -> list[dict]:
                     None,
                     cur,
                 )
-                err = int(torch.cuda.cudart().cudaGetLastError())
                 torch.cuda.synchronize()
-                row = {"host": hn, "case": name, "flags": flags, "rc": rc, "last_error": err}
+                row = {"host": hn, "case": name, "flags": flags, "rc": rc}
                 row |= {"h_row": hr, "h_lh": hlh, "d_row": dr, "d_lh": dlh, "height": height, "depth": depth}
                 out.append(row)
                 print("probe", row, flush=True)

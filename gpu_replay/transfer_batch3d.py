@@ -118,21 +118,34 @@ def _joint(src: np.ndarray, dst: np.ndarray, width: int, max_pitch: int | None) 
     return OpShape(sb, sr, sh, db, dr, dh, height=src.shape[1], depth=2)
 
 
+def _same(*allocs: np.ndarray | None) -> bool:
+    return all(a is None or (a == a.flat[0]).all() for a in allocs)
+
+
 def shapes_3d(
-    src: np.ndarray, dst: np.ndarray, width: int, joint: bool = True, max_pitch: int | None = None
+    src: np.ndarray,
+    dst: np.ndarray,
+    width: int,
+    joint: bool = True,
+    max_pitch: int | None = None,
+    allocs: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> list[OpShape]:
     """The op shapes that cover every (component, layer) slot of ``src`` / ``dst`` ([component,
     layer] base byte addresses) for ops up to ``width`` bytes wide: one for both components where
     they allow it (``joint``), else one per component with a constant layer stride, else one per
-    component and layer; no row or slice pitch above ``max_pitch`` bytes (None: no limit)."""
-    if joint:
+    component and layer; no row or slice pitch above ``max_pitch`` bytes (None: no limit).
+    ``allocs`` (source, destination: an allocation id per slot) keeps each op inside one
+    allocation on each side: the driver refuses an op whose extent spans two (seen on an H100)."""
+    sa, da = allocs if allocs is not None else (None, None)
+    if joint and _same(sa, da):
         shape = _joint(src, dst, width, max_pitch)
         if shape is not None:
             return [shape]
     out = []
     for c in range(src.shape[0]):
         rs, rd = _rows(src[c : c + 1], width, max_pitch), _rows(dst[c : c + 1], width, max_pitch)
-        if rs is not None and rd is not None:
+        one = _same(*(None if a is None else a[c] for a in (sa, da)))
+        if rs is not None and rd is not None and one:
             out.append(OpShape(int(src[c, 0]), rs, 0, int(dst[c, 0]), rd, 0, height=src.shape[1], depth=1))
             continue
         for lay in range(src.shape[1]):
@@ -182,6 +195,7 @@ class Batch3DTransfer:
         self.esize = dev.k[0].element_size()
         self.on_cuda = dev.k[0].is_cuda
         self._shapes: dict[tuple, tuple] = {}
+        self._allocs: dict[tuple, tuple] = {}
         self._last: tuple | None = None
         self._handles: np.ndarray | None = None
 
@@ -196,10 +210,29 @@ class Batch3DTransfer:
         h = [self.host.addressing(c) for c in comps]
         d = [self.dev.addressing(c) for c in comps]
         src, dst = (h, d) if direction == "h2d" else (d, h)
+        ha = np.array([[self._host_alloc(a.bases[lay]) for lay in layers] for a in h], dtype=np.int64)
+        da = np.array(
+            [
+                [(self.dev.k if c == "k" else self.dev.v)[lay].untyped_storage().data_ptr() for lay in layers]
+                for c in comps
+            ],
+            dtype=np.int64,
+        )
+        self._allocs[(comps, layers, direction)] = (ha, da) if direction == "h2d" else (da, ha)
         arrs = [
             np.array([[a.bases[lay] for lay in layers] for a in side], dtype=np.int64) for side in (src, dst)
         ]
         return arrs[0], arrs[1], src[0].page_stride * self.esize, dst[0].page_stride * self.esize
+
+    def _host_alloc(self, addr: int) -> int:
+        """The registered range (cudaHostRegister chunk) holding ``addr``, else its buffer."""
+        for ptr, size in self.host.registered:
+            if ptr <= addr < ptr + size:
+                return ptr
+        for buf in (self.host.k, self.host.v):
+            if buf.data_ptr() <= addr < buf.data_ptr() + buf.numel() * buf.element_size():
+                return buf.untyped_storage().data_ptr()
+        return addr
 
     def _plan(self, host_indices, device_indices, direction: str, comps, row_bytes: int, sps: int, dps: int):
         key = (
@@ -234,7 +267,8 @@ class Batch3DTransfer:
                 self._shapes[key] = self._bases(comps, layers, direction)
             src, dst, sps, dps = self._shapes[key]
             ops = self._plan(host_indices, device_indices, direction, comps, row_bytes, sps, dps)
-            for shape in shapes_3d(src, dst, int(ops[2].max()), self.joint, self.max_pitch):
+            allocs = self._allocs[key]
+            for shape in shapes_3d(src, dst, int(ops[2].max()), self.joint, self.max_pitch, allocs):
                 if self.on_cuda:
                     self._issue(shape, ops)
                 else:

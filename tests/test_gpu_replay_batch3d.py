@@ -221,3 +221,16 @@ def test_shapes_keep_pitches_under_a_cap():
     ]
     # the row pitch over the cap too: one op per component and layer
     assert len(shapes_3d(src, dst, 50, max_pitch=99)) == 6
+
+
+def test_shapes_keep_each_op_inside_one_allocation():
+    src = np.array([[1000, 1100, 1200], [1300, 1400, 1500]])
+    dst = np.array([[0, 50, 100], [150, 200, 250]])
+    one = np.zeros((2, 3), dtype=np.int64)
+    assert len(shapes_3d(src, dst, 50, allocs=(one, one))) == 1
+    # K and V in two allocations on the destination: one op per component
+    kv = np.array([[0, 0, 0], [1, 1, 1]])
+    assert [(s.height, s.depth) for s in shapes_3d(src, dst, 50, allocs=(one, kv))] == [(3, 1), (3, 1)]
+    # every layer its own allocation on the source: one op per component and layer
+    lay = np.array([[0, 1, 2], [3, 4, 5]])
+    assert len(shapes_3d(src, dst, 50, allocs=(lay, one))) == 6
