@@ -17,7 +17,9 @@ large (``lf_big``: its K-to-V stride is past 4 GiB) and one under 2 GiB (``lf_s`
 - ``per_layer``: one layer of one request per call, 18 calls back to back on a load stream, 1k-32k
   tokens, with the host's issue time; the PDL kernels beside them (the H100 PDL curve);
 - ``overlap``: per-layer loads of 4k / 32k tokens on a side stream against causal SDPA at 1.0,
-  1.25 and 1.5x the load (``scatter_bench._overlap_case``), loads issued first or after the compute.
+  1.25 and 1.5x the load (``scatter_bench._overlap_case``), loads issued first or after the compute;
+- ``layered_check``, ``layered``, ``overlap_layered``: the same for copy-engine loads issued by
+  background threads (:mod:`gpu_replay.scatter_layered`).
 
     python -m gpu_replay.scatter_3d --out $OUT/s3d.json
 """
@@ -27,12 +29,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import time
 from pathlib import Path
 
 import torch
 
+from gpu_replay import scatter_layered
 from gpu_replay.cuda_build import library
 from gpu_replay.geometry import GIB, cap_rank, rank_geometry
 from gpu_replay.host_alloc import huge_fraction
@@ -94,6 +98,7 @@ class Setup3D:
             print("alloc", name, self.alloc_info[name], flush=True)
         self.gen = torch.Generator().manual_seed(0)
         self.max_pitch: int | None = None  # set by the probe where large pitches fail
+        self.only = ""
 
     def indices(self, n_pages: int, host: str, device: bool):
         g, hg = self.geo, self.hosts[host].geo
@@ -105,7 +110,13 @@ class Setup3D:
 
 
 def movers(s: Setup3D, part: str) -> dict:
-    """name -> (host pool, mover, indices on the device). Bulk/per-layer/overlap variants."""
+    """name -> (host pool, mover, indices on the device). Bulk/per-layer/overlap variants, those
+    matching ``s.only`` (a regular expression) where it is set."""
+    out = _movers(s, part)
+    return {k: v for k, v in out.items() if not s.only or re.search(s.only, k)}
+
+
+def _movers(s: Setup3D, part: str) -> dict:
     out = {}
     for name in s.hosts:
         h = s.hosts[name]
@@ -360,11 +371,15 @@ def main() -> None:
     ap.add_argument("--device-cap-gib", type=float, default=6.0, help="K-to-V stride 1.8 GB")
     ap.add_argument("--parts", default="probe,check,peak,bulk,per_layer,overlap")
     ap.add_argument("--reps", type=int, default=10)
+    ap.add_argument(
+        "--only", default="", help="regular expression: the movers of check/bulk/per_layer/overlap"
+    )
     ap.add_argument("--gate-ms", type=float, default=40.0)
     args = ap.parse_args()
     t0 = time.perf_counter()
     res: dict = {"env": environment(), "args": vars(args)}
     s = Setup3D(args)
+    s.only = args.only
     res["alloc"] = s.alloc_info
 
     def save():
@@ -375,6 +390,9 @@ def main() -> None:
     steps = {
         "probe": lambda: res.__setitem__("probe", probe(s)),
         "check": lambda: res.__setitem__("check", check(s)),
+        "layered_check": lambda: res.__setitem__("layered_check", scatter_layered.check(s)),
+        "layered": lambda: scatter_layered.bandwidth(s, args.reps, res.setdefault("layered", [])),
+        "overlap_layered": lambda: scatter_layered.overlap(s, res.setdefault("overlap_layered", [])),
         "peak": lambda: res.__setitem__("peak", peak(s, args.reps)),
         "bulk": lambda: bulk(s, args.reps, args.gate_ms / 1e3, res.setdefault("bulk", [])),
         "per_layer": lambda: per_layer(s, args.reps, res.setdefault("per_layer", [])),

@@ -15,6 +15,8 @@
 // 4. kvt_ce_3d: copy-engine copies of whole page runs across layers and components, one
 //    cudaMemcpy3DBatchAsync op each (width = the run's bytes, height = layers, depth = K and V),
 //    so one driver op moves what the per-page copies of (3) need 2 x layers ops for.
+// 5. kvt_ce_layers_*: a request's per-layer loads by the copy engines, issued by background
+//    threads with an event per layer, so the caller's compute launches are not delayed.
 //
 // Every entry point returns 0 or a cudaError_t / negative argument code; addresses are byte
 // addresses (device pointers, or host pointers of registered memory under unified addressing).
@@ -451,11 +453,124 @@ int batch3d(cudaMemcpy3DBatchOp* ops, size_t n, cudaStream_t stream) {
 }
 #endif
 
+// ---- background per-layer loads (kvt_ce_layers_*) ----
+//
+// A request's load of every layer, issued by persistent background threads (one per side
+// stream, each with its share of the pages for every layer, in layer order) while the caller
+// goes on launching compute: the host's issue cost then delays neither the compute's launch nor
+// the engines (SGLang issues the per-layer loads from the scheduler thread before the forward,
+// whose layer i waits for load i: HiCacheController's LayerDoneCounter).
+
+class AsyncIssuer {
+ public:
+  static constexpr int kMax = 8;
+
+  void submit(int t, std::function<void()> job) {
+    std::lock_guard<std::mutex> guard(start_mu_);
+    while (started_ <= t) {
+      const int idx = started_++;
+      std::thread([this, idx] { worker(idx); }).detach();
+    }
+    slots_[t].job = std::move(job);
+    slots_[t].go.store(1, std::memory_order_release);
+    { std::lock_guard<std::mutex> l(mu_); }
+    cv_.notify_all();
+  }
+
+  void join(int t) {
+    while (slots_[t].go.load(std::memory_order_acquire) != 0) cpu_relax();
+  }
+
+ private:
+  struct Slot {
+    std::atomic<int> go{0};
+    std::function<void()> job;
+  };
+
+  void worker(int idx) {
+    Slot& s = slots_[idx];
+    for (;;) {
+      for (int spin = 0; s.go.load(std::memory_order_acquire) == 0; ++spin) {
+        if (spin < 20000) {
+          cpu_relax();
+          continue;
+        }
+        std::unique_lock<std::mutex> l(mu_);
+        cv_.wait(l, [&] { return s.go.load(std::memory_order_acquire) != 0; });
+      }
+      s.job();
+      s.job = nullptr;
+      s.go.store(0, std::memory_order_release);
+    }
+  }
+
+  std::mutex start_mu_, mu_;
+  std::condition_variable cv_;
+  int started_ = 0;
+  Slot slots_[kMax];
+};
+
+AsyncIssuer& async_issuer() {
+  static AsyncIssuer* issuer = new AsyncIssuer();
+  return *issuer;
+}
+
+// Events without timing, kept for reuse across jobs.
+std::mutex event_mu;
+std::vector<cudaEvent_t>* free_events = new std::vector<cudaEvent_t>();
+
+cudaEvent_t take_event() {
+  {
+    std::lock_guard<std::mutex> l(event_mu);
+    if (!free_events->empty()) {
+      cudaEvent_t e = free_events->back();
+      free_events->pop_back();
+      return e;
+    }
+  }
+  cudaEvent_t e = nullptr;
+  cudaEventCreateWithFlags(&e, cudaEventDisableTiming);
+  return e;
+}
+
+struct LayerJob {
+  std::vector<int64_t> src_bases, dst_bases;  // [component][layer]
+  std::vector<int64_t> sp, dp;
+  int n_comp = 0, n_layers = 0, n_streams = 0, merge = 0, batch = 1, max_batch = 0, device = 0;
+  int64_t sps = 0, dps = 0, page_bytes = 0;
+  std::vector<void*> streams;
+  std::vector<cudaEvent_t> events;  // [layer][stream]
+  std::unique_ptr<std::atomic<int>[]> done;  // per layer: streams whose copies are issued
+  std::atomic<int> rc{0};
+
+  // Thread t: its share of the pages, layer after layer, an event after each layer.
+  void run(int t) {
+    cudaSetDevice(device);
+    const int64_t n = static_cast<int64_t>(sp.size());
+    const int64_t lo = n * t / n_streams, hi = n * (t + 1) / n_streams;
+    const auto runs = page_runs(sp.data() + lo, dp.data() + lo, hi - lo, merge && sps == page_bytes && dps == page_bytes);
+    auto s = static_cast<cudaStream_t>(streams[t]);
+    for (int l = 0; l < n_layers; ++l) {
+      Copies c;
+      for (int i = 0; i < n_comp; ++i)
+        for (const auto& r : runs) {
+          c.src.push_back(reinterpret_cast<const void*>(src_bases[i * n_layers + l] + sp[lo + r.first] * sps));
+          c.dst.push_back(reinterpret_cast<void*>(dst_bases[i * n_layers + l] + dp[lo + r.first] * dps));
+          c.size.push_back(static_cast<size_t>((r.second - r.first) * page_bytes));
+        }
+      int err = rc.load() ? 0 : issue_part(c, 0, c.size.size(), batch, static_cast<size_t>(max_batch), s);
+      if (!err) err = static_cast<int>(cudaEventRecord(events[l * n_streams + t], s));
+      if (err) rc.store(err);
+      done[l].fetch_add(1, std::memory_order_acq_rel);
+    }
+  }
+};
+
 }  // namespace
 
 extern "C" {
 
-int kvt_version() { return 8; }
+int kvt_version() { return 9; }
 
 // flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
@@ -654,6 +769,76 @@ int kvt_ce_3d(int64_t src_base, int64_t src_row, int64_t src_layer_h, int64_t ds
 #else
   return static_cast<int>(cudaErrorNotSupported);
 #endif
+}
+
+// Starts a request's load of n_layers layers (slot bases [component][layer]; pages as in
+// kvt_ce_pages, sorted by `sort` as in kvt_ce_fan) on n_streams side streams, issued by
+// background threads; returns at once with *job set. The side streams first wait for the work
+// queued on `main` so far. Then kvt_ce_layers_wait(job, l, stream) makes `stream` wait for
+// layer l (blocking the caller until layer l's copies are issued), and kvt_ce_layers_finish(job)
+// joins the threads and frees the job (required before the next start). flags: bit 0 one
+// cudaMemcpyAsync per copy instead of batches, bit 1 no wait for `main`.
+int kvt_ce_layers_start(const int64_t* src_bases, const int64_t* dst_bases, int n_comp, int n_layers,
+                        const int64_t* src_pages, const int64_t* dst_pages, int64_t n_pages, int64_t sps,
+                        int64_t dps, int64_t page_bytes, int merge, int sort, int max_batch, int n_streams,
+                        void* const* streams, void* main, int flags, void** job_out) {
+  if (n_streams <= 0 || n_streams > AsyncIssuer::kMax || n_layers <= 0 || n_comp <= 0 || n_pages < 0)
+    return kBadArgs;
+  auto* job = new LayerJob();
+  job->src_bases.assign(src_bases, src_bases + n_comp * n_layers);
+  job->dst_bases.assign(dst_bases, dst_bases + n_comp * n_layers);
+  sort_pages(src_pages, dst_pages, n_pages, sort, &job->sp, &job->dp);
+  job->n_comp = n_comp;
+  job->n_layers = n_layers;
+  job->n_streams = n_streams;
+  job->merge = merge;
+  job->batch = (flags & 1) ? 0 : 1;
+  job->max_batch = max_batch;
+  job->sps = sps;
+  job->dps = dps;
+  job->page_bytes = page_bytes;
+  job->streams.assign(streams, streams + n_streams);
+  job->done.reset(new std::atomic<int>[n_layers]);
+  for (int l = 0; l < n_layers; ++l) job->done[l].store(0);
+  for (int i = 0; i < n_layers * n_streams; ++i) job->events.push_back(take_event());
+  cudaGetDevice(&job->device);
+  cudaError_t rc = cudaSuccess;
+  if (!(flags & 2)) {
+    cudaEvent_t start = stream_event(main);
+    rc = start ? cudaEventRecord(start, static_cast<cudaStream_t>(main)) : cudaErrorUnknown;
+    for (int i = 0; i < n_streams && rc == cudaSuccess; ++i)
+      rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(streams[i]), start, 0);
+  }
+  if (rc != cudaSuccess) {
+    delete job;
+    return static_cast<int>(rc);
+  }
+  for (int t = 0; t < n_streams; ++t) async_issuer().submit(t, [job, t] { job->run(t); });
+  *job_out = job;
+  return 0;
+}
+
+int kvt_ce_layers_wait(void* handle, int layer, void* stream) {
+  auto* job = static_cast<LayerJob*>(handle);
+  if (layer < 0 || layer >= job->n_layers) return kBadArgs;
+  while (job->done[layer].load(std::memory_order_acquire) < job->n_streams) cpu_relax();
+  for (int t = 0; t < job->n_streams; ++t) {
+    cudaError_t rc = cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), job->events[layer * job->n_streams + t], 0);
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+  }
+  return job->rc.load();
+}
+
+int kvt_ce_layers_finish(void* handle) {
+  auto* job = static_cast<LayerJob*>(handle);
+  for (int t = 0; t < job->n_streams; ++t) async_issuer().join(t);
+  const int rc = job->rc.load();
+  {
+    std::lock_guard<std::mutex> l(event_mu);
+    free_events->insert(free_events->end(), job->events.begin(), job->events.end());
+  }
+  delete job;
+  return rc;
 }
 
 // A kernel that holds `stream` for `ns` nanoseconds: work queued behind it is issued before it

@@ -1,0 +1,160 @@
+"""Parts of :mod:`gpu_replay.scatter_3d` for :class:`~gpu_replay.transfer_layered.LayeredCopyLoad`
+(copy-engine per-layer loads issued by background threads): its check, bulk and per-layer
+bandwidth, and its hidden fraction behind attention, including the SGLang shape where attention
+of layer ``i`` waits for the load of layer ``i``."""
+
+from __future__ import annotations
+
+import statistics
+
+import torch
+
+from gpu_replay.scatter_setup import PREFIXES, _gbps, _same, _time
+from gpu_replay.transfer_layered import LayeredCopyLoad
+
+VARIANTS = {  # name: (streams, max_batch)
+    "layered[s1]": (1, 0),
+    "layered[s2]": (2, 0),
+    "layered[s3]": (3, 0),
+    "layered[s4]": (4, 0),
+    "layered[s2mb32]": (2, 32),
+}
+
+
+def _movers(s, host: str = "lf") -> dict:
+    return {
+        n: LayeredCopyLoad(s.hosts[host], s.dev, streams=st, max_batch=mb) for n, (st, mb) in VARIANTS.items()
+    }
+
+
+def check(s, host: str = "lf") -> list[str]:
+    """Every layer lands, read after waiting for that layer only (H2D), and a D2H all-layer move."""
+    out = []
+    layers = tuple(range(s.geo.layer_num))
+    for name, m in _movers(s, host).items():
+        hi, di = s.indices(40, host, False)
+        for lay in layers:
+            s.dev.k[lay][di] = -7
+            s.dev.v[lay][di] = -7
+        m.start(hi, di, layers, "h2d")
+        ok = True
+        for i in layers:
+            m.wait(i)
+            h = s.hosts[host]
+            ok = ok and _same(s.dev.k[i][di], h.k[i][hi]) and _same(s.dev.v[i][di], h.v[i][hi])
+        m.finish()
+        s.dev.k[3][di] = 5
+        m(hi, di, layers, "d2h")
+        torch.cuda.synchronize()
+        ok = ok and _same(s.dev.k[3][di], s.hosts[host].k[3][hi])
+        out.append(f"{name}: {'ok' if ok else 'MISMATCH'}")
+    print("check layered", out, flush=True)
+    return out
+
+
+def bandwidth(s, reps: int, res: list, host: str = "lf") -> None:
+    """Bulk (512 pages, all layers, one wait at the end) and per-layer (one request's pages, every
+    layer, one event per layer; per-layer time = total / layers) for each variant."""
+    layers = tuple(range(s.geo.layer_num))
+    for name, m in _movers(s, host).items():
+        cases = [("bulk", 512)] + [("per_layer", p // s.geo.page_size) for p in PREFIXES]
+        for kind, n in cases:
+            hi, di = s.indices(n, host, False)
+            for d in ("h2d", "d2h"):
+                secs = _time(lambda m=m, h=hi, g=di, d=d: m(h, g, layers, d), reps)
+                row = {"impl": name, "direction": d, "kind": kind, "pages": n}
+                if kind == "per_layer":
+                    row["prefix"] = n * s.geo.page_size
+                    secs = [x / len(layers) for x in secs]
+                    nbytes = n * s.geo.page_layer_bytes
+                else:
+                    nbytes = n * len(layers) * s.geo.page_layer_bytes
+                res.append(row | _gbps(nbytes, secs))
+        mine = [r for r in res if r["impl"] == name]
+        print(
+            f"layered {name:18s} "
+            + " ".join(
+                f"{r['kind'][:4]}{r.get('prefix', '')}:{r['direction']} {r['gbps']:.2f}" for r in mine
+            ),
+            flush=True,
+        )
+
+
+def overlap(s, res: list, host: str = "lf", names=("layered[s2]", "layered[s4]")) -> None:
+    """Hidden fraction of a 4k / 32k-token load behind causal SDPA at 1.0, 1.25, 1.5x its time:
+    ``load_first`` (start the load, launch all compute, wait for the last layer),
+    ``compute_first`` (launch the compute, then start the load, which does not wait for it) and
+    ``pipelined`` (start the load; layer i's attention waits for layer i's load, SGLang's shape)."""
+    q = torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+    qs = torch.randn(1, 32, 2048, 64, device="cuda", dtype=torch.bfloat16)
+    ks, vs = torch.randn_like(qs), torch.randn_like(qs)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    t_big = statistics.median(_time(lambda: sdpa(q, k, v, is_causal=True), 10))
+    t_small = statistics.median(_time(lambda: sdpa(qs, ks, vs, is_causal=True), 10))
+    layers = tuple(range(s.geo.layer_num))
+    movers = _movers(s, host)
+    for name in names:
+        m = movers[name]
+        for prefix in (4096, 32768):
+            hi, di = s.indices(prefix // s.geo.page_size, host, False)
+            t_load = statistics.median(_time(lambda m=m, h=hi, g=di: m(h, g, layers, "h2d"), 7))
+            for order in ("load_first", "compute_first", "pipelined"):
+                row = {"impl": name, "prefix": prefix, "order": order, "t_small_s": t_small}
+                for ratio in (1.0, 1.25, 1.5):
+                    row[f"x{ratio}"] = _case(
+                        m, hi, di, layers, order, ratio, t_load, (q, k, v, t_big), (qs, ks, vs, t_small)
+                    )
+                res.append(row)
+                hidden = {x: round(y["hidden_fraction"], 3) for x, y in row.items() if x.startswith("x")}
+                ratio = {x: round(y["compute_over_load"], 2) for x, y in row.items() if x.startswith("x")}
+                print("overlap layered", name, prefix, order, hidden, ratio, flush=True)
+
+
+def _case(m, hi, di, layers, order: str, ratio: float, t_load: float, big, small) -> dict:
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    if order == "pipelined":
+        qs, ks, vs, t_small = small
+        per = max(1, round(ratio * t_load / len(layers) / t_small))
+
+        def chunk():
+            for _ in range(per):
+                sdpa(qs, ks, vs, is_causal=True)
+
+        def compute():
+            for _ in layers:
+                chunk()
+    else:
+        q, k, v, t_big = big
+        n = max(1, round(ratio * t_load / t_big))
+
+        def compute():
+            for _ in range(n):
+                sdpa(q, k, v, is_causal=True)
+
+    t_comp = statistics.median(_time(compute, 5))
+
+    def both():
+        if order == "load_first":
+            m.start(hi, di, layers, "h2d")
+            compute()
+            m.wait(len(layers) - 1)
+        elif order == "compute_first":
+            compute()
+            m.start(hi, di, layers, "h2d", after=False)
+            m.wait(len(layers) - 1)
+        else:
+            m.start(hi, di, layers, "h2d")
+            for i in range(len(layers)):
+                m.wait(i)
+                chunk()
+        m.finish()
+
+    t_both = statistics.median(_time(both, 7))
+    return {
+        "load_s": t_load,
+        "compute_s": t_comp,
+        "compute_over_load": t_comp / t_load,
+        "both_s": t_both,
+        "hidden_fraction": max(0.0, min(1.0, (t_comp + t_load - t_both) / t_load)),
+    }
