@@ -19,7 +19,8 @@ large (``lf_big``: its K-to-V stride is past 4 GiB) and one under 2 GiB (``lf_s`
 - ``overlap``: per-layer loads of 4k / 32k tokens on a side stream against causal SDPA at 1.0,
   1.25 and 1.5x the load (``scatter_bench._overlap_case``), loads issued first or after the compute;
 - ``layered_check``, ``layered``, ``overlap_layered``: the same for copy-engine loads issued by
-  background threads (:mod:`gpu_replay.scatter_layered`).
+  background threads (:mod:`gpu_replay.scatter_layered`);
+- ``grids``: SM-side per-layer loads (TMA, row kernel; PDL) on few blocks: bandwidth and hiding.
 
     python -m gpu_replay.scatter_3d --out $OUT/s3d.json
 """
@@ -393,6 +394,7 @@ def main() -> None:
         "layered_check": lambda: res.__setitem__("layered_check", scatter_layered.check(s)),
         "layered": lambda: scatter_layered.bandwidth(s, args.reps, res.setdefault("layered", [])),
         "overlap_layered": lambda: scatter_layered.overlap(s, res.setdefault("overlap_layered", [])),
+        "grids": lambda: scatter_layered.grids(s, args.reps, res.setdefault("grids", [])),
         "peak": lambda: res.__setitem__("peak", peak(s, args.reps)),
         "bulk": lambda: bulk(s, args.reps, args.gate_ms / 1e3, res.setdefault("bulk", [])),
         "per_layer": lambda: per_layer(s, args.reps, res.setdefault("per_layer", [])),

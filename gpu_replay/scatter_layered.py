@@ -158,3 +158,68 @@ def _case(m, hi, di, layers, order: str, ratio: float, t_load: float, big, small
         "both_s": t_both,
         "hidden_fraction": max(0.0, min(1.0, (t_comp + t_load - t_both) / t_load)),
     }
+
+
+GRIDS = {  # SM-side per-layer loads on a few blocks (PDL): name -> (impl, config)
+    "tma[g8x32k4]": ("tma", dict(grid=8, chunk=32 << 10, stages=4)),
+    "tma[g16x32k4]": ("tma", dict(grid=16, chunk=32 << 10, stages=4)),
+    "tma[g16x16k2]": ("tma", dict(grid=16, chunk=16 << 10, stages=2)),
+    "tma[g32x16k2]": ("tma", dict(grid=32, chunk=16 << 10, stages=2)),
+    "tma[g66x16k2]": ("tma", dict(grid=66, chunk=16 << 10, stages=2)),
+    "tma[g132x16k2]": ("tma", dict(grid=132, chunk=16 << 10, stages=2)),
+    "rows[g16u16]": ("rows", dict(grid=16, block=512, unroll=16)),
+    "rows[g32u16]": ("rows", dict(grid=32, block=512, unroll=16)),
+}
+
+
+def grids(s, reps: int, res: list, host: str = "lf") -> None:
+    """Whether an SM-side load on few blocks keeps the per-layer bandwidth and leaves attention its
+    SMs: per-layer curve 1k-32k and the hidden fraction (``scatter_bench._overlap_case``)."""
+    from gpu_replay.scatter_bench import _overlap_case
+    from gpu_replay.transfer_cuda import CudaBulkTransfer, CudaConfig, CudaRowsTransfer
+
+    layers = tuple(range(s.geo.layer_num))
+    q = torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+
+    def attn():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    t_attn = statistics.median(_time(attn, 10))
+    h = s.hosts[host]
+    for name, (impl, kw) in GRIDS.items():
+        cfg = CudaConfig(pdl=True, **kw)
+        m = CudaBulkTransfer(h, s.dev, cfg) if impl == "tma" else CudaRowsTransfer(h, s.dev, cfg)
+        for prefix in PREFIXES:
+            hi, di = s.indices(prefix // s.geo.page_size, host, True)
+            for d in ("h2d", "d2h"):
+
+                def loop(m=m, h=hi, g=di, d=d):
+                    for lay in layers:
+                        m(h, g, (lay,), d)
+
+                secs = [x / len(layers) for x in _time(loop, reps)]
+                row = {"impl": name, "direction": d, "kind": "per_layer", "prefix": prefix}
+                res.append(row | _gbps(prefix // s.geo.page_size * s.geo.page_layer_bytes, secs))
+        for prefix in (4096, 32768):
+            hi, di = s.indices(prefix // s.geo.page_size, host, True)
+            for order in ("load_first", "compute_first"):
+                row = {"impl": name, "kind": "overlap", "prefix": prefix, "order": order}
+                res.append(row | _overlap_case(s, m, hi, di, attn, t_attn, order))
+        mine = [r for r in res if r["impl"] == name]
+        print(
+            f"grid {name:16s} "
+            + " ".join(
+                f"{r['prefix'] // 1024}k:{r['direction']} {r['gbps']:.1f}"
+                for r in mine
+                if r["kind"] == "per_layer"
+            )
+            + " | hidden "
+            + " ".join(
+                f"{r['prefix'] // 1024}k/{r['order'][:4]} "
+                + "/".join(f"{r[x]['hidden_fraction']:.2f}" for x in ("x1.0", "x1.25", "x1.5"))
+                for r in mine
+                if r["kind"] == "overlap"
+            ),
+            flush=True,
+        )
