@@ -18,6 +18,11 @@ direct backend would issue them page by page: ``transfer_kv_direct`` in sgl-kern
 which is how the CPU tests check its addresses, pitches and merging. Pools whose layers or
 components are not a constant stride apart fall back to smaller ops (per component, then per
 layer and component), never to a wrong copy.
+
+Measured on an H100 (docs/benchmarks.md, "GPU replay, sixth session"): slower than the 1D batches,
+not faster. The driver spends 3-4 us per 3D op (the batch call does not batch pitched ops), and
+the engines execute the pitched ops at 66-86% of the copy peak even when queued (27-30% where the
+K-to-V stride passes 4 GiB), so this is an implementation to compare, not a default.
 """
 
 from __future__ import annotations

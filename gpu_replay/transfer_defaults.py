@@ -7,6 +7,7 @@ docs/benchmarks.md, "GPU replay, fourth session" (page 64, gpt-oss-120b TP 2, H1
   ops, two stages, so the next layer's kernel fits beside the draining one) on a host pool with
   2 MiB pages: 90.5% of the copy peak at 4k tokens H2D, 93.0% D2H; on 4 KiB pages the same
   kernel falls to 71-76%, so there the row kernel with programmatic launch (84.8% at 4k) is used;
+  on three H100s (sixth session) the TMA path gave 89.8-91.9% H2D and 91.6-93.4% D2H at 4k;
 - bulk (all layers in one call): copy engines for 80% of the pages beside the row kernel for the
   rest (:class:`~gpu_replay.transfer_split.SplitTransfer`), 94.1-94.6%; the copy engines alone
   reach 97-99% once their copies are queued, but the driver's 0.5-0.9 us per copy bounds them.
