@@ -115,6 +115,9 @@ def library() -> ctypes.CDLL:
     lib.kvt_ce_layers_start.argtypes += [_INT, _INT, _INT, _INT, _PTR, _PTR, _INT, ctypes.POINTER(_PTR)]
     lib.kvt_ce_layers_wait.argtypes = [_PTR, _INT, _PTR]
     lib.kvt_ce_layers_finish.argtypes = [_PTR]
+    lib.kvt_graph_create.argtypes = [_I64, _PTR, _PTR, _I64, ctypes.POINTER(_PTR)]
+    lib.kvt_graph_copy.argtypes = [_PTR, _PTR, _PTR, _INT, _PTR, _PTR, _I64, _I64, _I64, _I64, _INT, _PTR]
+    lib.kvt_graph_destroy.argtypes = [_PTR]
     lib.kvt_sleep.argtypes = [_I64, _PTR]
     lib.kvt_host_alloc.argtypes = [_I64, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
     lib.kvt_host_free.argtypes = [_PTR]
@@ -128,6 +131,9 @@ def library() -> ctypes.CDLL:
         lib.kvt_ce_layers_start,
         lib.kvt_ce_layers_wait,
         lib.kvt_ce_layers_finish,
+        lib.kvt_graph_create,
+        lib.kvt_graph_copy,
+        lib.kvt_graph_destroy,
         lib.kvt_sleep,
         lib.kvt_host_alloc,
         lib.kvt_host_free,

@@ -20,7 +20,8 @@ large (``lf_big``: its K-to-V stride is past 4 GiB) and one under 2 GiB (``lf_s`
   1.25 and 1.5x the load (``scatter_bench._overlap_case``), loads issued first or after the compute;
 - ``layered_check``, ``layered``, ``overlap_layered``: the same for copy-engine loads issued by
   background threads (:mod:`gpu_replay.scatter_layered`);
-- ``grids``: SM-side per-layer loads (TMA, row kernel; PDL) on few blocks: bandwidth and hiding.
+- ``grids``: SM-side per-layer loads (TMA, row kernel; PDL) on few blocks: bandwidth and hiding;
+- ``graph``: the copies as the nodes of a reused CUDA graph (:mod:`gpu_replay.transfer_graph`).
 
     python -m gpu_replay.scatter_3d --out $OUT/s3d.json
 """
@@ -395,6 +396,7 @@ def main() -> None:
         "layered": lambda: scatter_layered.bandwidth(s, args.reps, res.setdefault("layered", [])),
         "overlap_layered": lambda: scatter_layered.overlap(s, res.setdefault("overlap_layered", [])),
         "grids": lambda: scatter_layered.grids(s, args.reps, res.setdefault("grids", [])),
+        "graph": lambda: scatter_layered.graph(s, args.reps, args.gate_ms / 1e3, res.setdefault("graph", [])),
         "peak": lambda: res.__setitem__("peak", peak(s, args.reps)),
         "bulk": lambda: bulk(s, args.reps, args.gate_ms / 1e3, res.setdefault("bulk", [])),
         "per_layer": lambda: per_layer(s, args.reps, res.setdefault("per_layer", [])),

@@ -223,3 +223,95 @@ def grids(s, reps: int, res: list, host: str = "lf") -> None:
             ),
             flush=True,
         )
+
+
+def graph(s, reps: int, gate_s: float, res: list, host: str = "lf") -> None:
+    """Copies as the nodes of a reused CUDA graph (:mod:`gpu_replay.transfer_graph`): a check,
+    bulk (issued, and gated: execution alone), the per-layer curve and the hidden fraction."""
+    import time
+
+    from gpu_replay.cuda_build import library
+    from gpu_replay.scatter_bench import _overlap_case
+    from gpu_replay.scatter_setup import _gated
+    from gpu_replay.transfer_graph import GraphCopyTransfer
+
+    h, layers = s.hosts[host], tuple(range(s.geo.layer_num))
+    m = GraphCopyTransfer(h, s.dev)
+    ok = True
+    for sel in ((0, 5, 17), layers, (7,)):
+        hi, di = s.indices(40, host, False)
+        for lay in sel:
+            s.dev.k[lay][di] = -7
+            s.dev.v[lay][di] = -7
+        m(hi, di, sel, "h2d")
+        torch.cuda.synchronize()
+        ok = ok and all(_same(s.dev.k[i][di], h.k[i][hi]) and _same(s.dev.v[i][di], h.v[i][hi]) for i in sel)
+        s.dev.k[sel[0]][di] = 5
+        m(hi, di, sel[:1], "d2h")
+        torch.cuda.synchronize()
+        ok = ok and _same(s.dev.k[sel[0]][di], h.k[sel[0]][hi])
+    res.append({"impl": "graph", "kind": "check", "check": "ok" if ok else "MISMATCH"})
+    print("check graph", res[-1]["check"], flush=True)
+    hi, di = s.indices(512, host, False)
+    nbytes = 512 * len(layers) * s.geo.page_layer_bytes
+    for d in ("h2d", "d2h"):
+        t0 = time.perf_counter()
+        m(hi, di, layers, d)  # instantiates the bulk graph
+        torch.cuda.synchronize()
+        first = time.perf_counter() - t0
+        issue = []
+
+        def call(d=d, issue=issue):
+            t = time.perf_counter()
+            m(hi, di, layers, d)
+            issue.append(time.perf_counter() - t)
+
+        secs = _time(call, reps)
+        row = {"impl": "graph", "direction": d, "kind": "bulk", "first_call_s": first}
+        res.append(row | {"issue_s": statistics.median(issue)} | _gbps(nbytes, secs))
+        exe, iss = _gated(lambda d=d: m(hi, di, layers, d), 5, gate_s, library())
+        res.append(row | {"kind": "gated_bulk", "max_issue_s": max(iss)} | _gbps(nbytes, exe))
+    for prefix in PREFIXES:
+        hi, di = s.indices(prefix // s.geo.page_size, host, False)
+        for d in ("h2d", "d2h"):
+            issue = []
+
+            def loop(hi=hi, di=di, d=d, issue=issue):
+                t = time.perf_counter()
+                for lay in layers:
+                    m(hi, di, (lay,), d)
+                issue.append((time.perf_counter() - t) / len(layers))
+
+            secs = [x / len(layers) for x in _time(loop, reps)]
+            row = {"impl": "graph", "direction": d, "kind": "per_layer", "prefix": prefix}
+            res.append(
+                row
+                | {"issue_s": statistics.median(issue)}
+                | _gbps(prefix // 64 * s.geo.page_layer_bytes, secs)
+            )
+    q = torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+    k, v = torch.randn_like(q), torch.randn_like(q)
+
+    def attn():
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    t_attn = statistics.median(_time(attn, 10))
+    for prefix in (4096, 32768):
+        hi, di = s.indices(prefix // s.geo.page_size, host, False)
+        for order in ("load_first", "compute_first"):
+            row = {"impl": "graph", "kind": "overlap", "prefix": prefix, "order": order}
+            res.append(row | _overlap_case(s, m, hi, di, attn, t_attn, order))
+    mine = [r for r in res if r.get("impl") == "graph" and "gbps" in r]
+    print(
+        "graph "
+        + " ".join(f"{r['kind'][:5]}{r.get('prefix', '')}:{r['direction']} {r['gbps']:.2f}" for r in mine)
+        + " | hidden "
+        + " ".join(
+            f"{r['prefix'] // 1024}k/{r['order'][:4]} "
+            + "/".join(f"{r[x]['hidden_fraction']:.2f}" for x in ("x1.0", "x1.25", "x1.5"))
+            for r in res
+            if r.get("impl") == "graph" and r.get("kind") == "overlap"
+        ),
+        flush=True,
+    )
+    m.close()

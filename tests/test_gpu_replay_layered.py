@@ -128,3 +128,67 @@ def test_layered_load_refuses_unequal_widths_and_page_first():
     host = build_host_pool(geo, "page_first", pin=False, alloc="malloc")
     with pytest.raises(ValueError):
         LayeredCopyLoad(host, build_device_pool(geo, "cuda"))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not _cuda_ready(), reason="needs CUDA and nvcc")
+@pytest.mark.parametrize("layout", ["layer_first", "page_first_direct"])
+@pytest.mark.parametrize("direction", ["h2d", "d2h"])
+def test_graph_copies_move_exactly_the_pages(layout, direction):
+    """Reused graphs (same and smaller node counts, disabled spare nodes) land every row."""
+    from gpu_replay.transfer_graph import GraphCopyTransfer
+
+    gen = torch.Generator().manual_seed(11)
+    geo = _geo()
+    host = build_host_pool(geo, layout, pin=True, alloc="malloc")
+    dev = build_device_pool(geo, "cuda")
+    mover = GraphCopyTransfer(host, dev)
+    try:
+        for t in (host.k, host.v, *dev.k, *dev.v):
+            _bits(t).copy_(torch.randint(-(1 << 14), 1 << 14, t.shape, generator=gen, dtype=torch.int16))
+
+        def host_rows(comp, lay):
+            buf = host.k if comp == "k" else host.v
+            return buf[lay] if layout == "layer_first" else buf[:, lay].reshape(-1, *buf.shape[3:])
+
+        for n_pages, layers, runs in (
+            (9, (0, 1, 2, 3), False),
+            (9, (2,), False),
+            (6, (1, 3), True),
+            (9, (0,), True),
+        ):
+            if runs:
+                hp = (
+                    (torch.randperm(13, generator=gen)[: n_pages // 3] * 3 + 1)[:, None] + torch.arange(3)
+                ).flatten()
+                dp = (
+                    (torch.randperm(7, generator=gen)[: n_pages // 3] * 3 + 1)[:, None] + torch.arange(3)
+                ).flatten()
+            else:
+                hp = torch.randperm(geo.host_pages - 1, generator=gen)[:n_pages] + 1
+                dp = torch.randperm(geo.device_pages - 1, generator=gen)[:n_pages] + 1
+            ar = torch.arange(geo.page_size)
+            hi, di = (hp[:, None] * 4 + ar).flatten(), (dp[:, None] * 4 + ar).flatten()
+            before = {
+                (c, lay): (host_rows(c, lay).clone(), (dev.k if c == "k" else dev.v)[lay].cpu().clone())
+                for c in ("k", "v")
+                for lay in range(geo.layer_num)
+            }
+            with torch.cuda.stream(torch.cuda.Stream()):
+                mover(hi, di, layers, direction)
+            torch.cuda.synchronize()
+            for c in ("k", "v"):
+                for lay in range(geo.layer_num):
+                    h_before, d_before = before[c, lay]
+                    if direction == "h2d":
+                        want, got = d_before.clone(), (dev.k if c == "k" else dev.v)[lay].cpu()
+                        if lay in layers:
+                            want[di] = h_before[hi]
+                    else:
+                        want, got = h_before.clone(), host_rows(c, lay)
+                        if lay in layers:
+                            want[hi] = d_before[di]
+                    assert torch.equal(_bits(got), _bits(want)), (n_pages, layers, c, lay)
+    finally:
+        mover.close()
+        host.release()

@@ -17,6 +17,8 @@
 //    so one driver op moves what the per-page copies of (3) need 2 x layers ops for.
 // 5. kvt_ce_layers_*: a request's per-layer loads by the copy engines, issued by background
 //    threads with an event per layer, so the caller's compute launches are not delayed.
+// 6. kvt_graph_*: the page copies as the memcpy nodes of an instantiated CUDA graph, addresses
+//    rewritten per transfer, one launch.
 //
 // Every entry point returns 0 or a cudaError_t / negative argument code; addresses are byte
 // addresses (device pointers, or host pointers of registered memory under unified addressing).
@@ -570,7 +572,7 @@ struct LayerJob {
 
 extern "C" {
 
-int kvt_version() { return 9; }
+int kvt_version() { return 10; }
 
 // flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
@@ -839,6 +841,78 @@ int kvt_ce_layers_finish(void* handle) {
   }
   delete job;
   return rc;
+}
+
+// ---- copies as the memcpy nodes of an instantiated CUDA graph (kvt_graph_*) ----
+//
+// n independent 1D memcpy nodes, instantiated once; each transfer rewrites the nodes' addresses
+// in the executable graph (cudaGraphExecMemcpyNodeSetParams1D; unused nodes disabled) and
+// launches it with one call, so the compute's launches wait for one driver call, not one per copy.
+
+struct CopyGraph {
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  std::vector<cudaGraphNode_t> nodes;
+  std::vector<char> enabled;
+};
+
+int kvt_graph_create(int64_t n, void* dst0, const void* src0, int64_t size0, void** out) {
+  if (n <= 0) return kBadArgs;
+  auto* g = new CopyGraph();
+  cudaError_t rc = cudaGraphCreate(&g->graph, 0);
+  g->nodes.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n && rc == cudaSuccess; ++i)
+    rc = cudaGraphAddMemcpyNode1D(&g->nodes[i], g->graph, nullptr, 0, dst0, src0, static_cast<size_t>(size0),
+                                  cudaMemcpyDefault);
+  if (rc == cudaSuccess) rc = cudaGraphInstantiate(&g->exec, g->graph, 0);
+  if (rc != cudaSuccess) {
+    if (g->graph) cudaGraphDestroy(g->graph);
+    delete g;
+    return static_cast<int>(rc);
+  }
+  g->enabled.assign(static_cast<size_t>(n), 1);
+  *out = g;
+  return 0;
+}
+
+// One node per (slot, run of pages adjacent on both sides), as kvt_ce_pages plans them; the
+// graph must have at least as many nodes.
+int kvt_graph_copy(void* handle, const int64_t* src_bases, const int64_t* dst_bases, int n_slots,
+                   const int64_t* src_pages, const int64_t* dst_pages, int64_t n_pages, int64_t sps, int64_t dps,
+                   int64_t page_bytes, int merge, void* stream) {
+  auto* g = static_cast<CopyGraph*>(handle);
+  const auto runs = page_runs(src_pages, dst_pages, n_pages, merge && sps == page_bytes && dps == page_bytes);
+  const size_t count = runs.size() * static_cast<size_t>(n_slots);
+  if (count > g->nodes.size()) return kBadArgs;
+  size_t k = 0;
+  for (int i = 0; i < n_slots; ++i)
+    for (const auto& r : runs) {
+      void* dst = reinterpret_cast<void*>(dst_bases[i] + dst_pages[r.first] * dps);
+      const void* src = reinterpret_cast<const void*>(src_bases[i] + src_pages[r.first] * sps);
+      const size_t size = static_cast<size_t>((r.second - r.first) * page_bytes);
+      cudaError_t rc = cudaGraphExecMemcpyNodeSetParams1D(g->exec, g->nodes[k], dst, src, size, cudaMemcpyDefault);
+      if (rc == cudaSuccess && !g->enabled[k]) {
+        rc = cudaGraphNodeSetEnabled(g->exec, g->nodes[k], 1);
+        g->enabled[k] = 1;
+      }
+      if (rc != cudaSuccess) return static_cast<int>(rc);
+      ++k;
+    }
+  for (; k < g->nodes.size(); ++k)
+    if (g->enabled[k]) {
+      cudaError_t rc = cudaGraphNodeSetEnabled(g->exec, g->nodes[k], 0);
+      if (rc != cudaSuccess) return static_cast<int>(rc);
+      g->enabled[k] = 0;
+    }
+  return static_cast<int>(cudaGraphLaunch(g->exec, static_cast<cudaStream_t>(stream)));
+}
+
+int kvt_graph_destroy(void* handle) {
+  auto* g = static_cast<CopyGraph*>(handle);
+  cudaGraphExecDestroy(g->exec);
+  cudaGraphDestroy(g->graph);
+  delete g;
+  return 0;
 }
 
 // A kernel that holds `stream` for `ns` nanoseconds: work queued behind it is issued before it
