@@ -42,6 +42,7 @@ import numpy as np
 
 from simulator.cost.coefficients import CostCoefficients, allreduce_bus_source
 from simulator.cost.geometry import INT_GEOMETRY_FIELDS, ModelCostGeometry, derive_geometry
+from simulator.cost.moe_tiles import padded_tokens
 from simulator.cost.prefill_sums import capped_triangle, prefill_sums_loop
 from simulator.cost.profile import COEFFICIENT_KEYS, profile_mismatches, validate_profile
 from simulator.errors import ConfigError
@@ -70,6 +71,7 @@ class _Rates:
     expert_bytes: float  # one expert index, all layers, one rank
     num_experts: float
     miss_per_token: float  # 1 - k/E
+    experts_per_token: int  # k
     # attention (per (query, key) pair summed over layers of that kind; per token of KV)
     full_flops_per_pair: float
     swa_flops_per_pair: float
@@ -90,6 +92,7 @@ class _Rates:
     moe_unhidden: float
     prefill_attn_unhidden: float
     moe_half_tokens: float
+    moe_tile: int  # row tile of the grouped GEMM, 0 = off
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +131,7 @@ class CostModel:
             expert_bytes=g.params_per_expert * g.expert_bytes_per_param / tp,
             num_experts=float(g.num_experts),
             miss_per_token=1.0 - g.experts_per_token / g.num_experts if g.num_experts else 1.0,
+            experts_per_token=int(g.experts_per_token),
             full_flops_per_pair=2.0
             * q_heads_rank
             * (g.full_qk_head_dim + g.full_v_head_dim)
@@ -151,6 +155,7 @@ class CostModel:
             moe_unhidden=c.moe_unhidden_fraction,
             prefill_attn_unhidden=c.prefill_attention_unhidden_fraction,
             moe_half_tokens=c.moe_flops_half_tokens,
+            moe_tile=int(c.moe_tile_tokens),
         )
         object.__setattr__(self, "_r", rates)
 
@@ -212,7 +217,9 @@ class CostModel:
 
         Each group costs ``max(compute, memory)``, plus ``unhidden x min(compute, memory)`` when a
         profile sets the group's unhidden fraction; the MoE's FLOP time is that of ``tokens +
-        moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n)."""
+        moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n), where
+        a profile's ``moe_tile_tokens`` first rounds each expert's rows up to whole tiles
+        (:meth:`moe_flop_tokens`)."""
         r = self._r
         dense_c = (
             r.dense_flops_per_token * tokens + r.lm_head_flops_per_request * requests
@@ -223,7 +230,9 @@ class CostModel:
             dense += r.dense_unhidden * min(dense_c, dense_m)
         if r.num_experts:
             touched = r.num_experts * (1.0 - r.miss_per_token**tokens)
-            n = tokens + r.moe_half_tokens if r.moe_half_tokens else tokens
+            n = padded_tokens(tokens, int(r.num_experts), r.experts_per_token, r.moe_tile) if r.moe_tile else tokens
+            if r.moe_half_tokens:
+                n = n + r.moe_half_tokens
             moe_c = r.moe_flops_per_token * n / r.moe_flops_rate
             moe_m = touched * r.expert_bytes / r.weight_bw
             moe = max(moe_c, moe_m)
@@ -430,6 +439,14 @@ class CostModel:
         """Seconds per kernel group of one prefill step (sums to :meth:`prefill_time`)."""
         parts = self._prefill_parts(extend_lens, prefix_lens)
         return {name: float(v) for name, v in zip(_PARTS, parts, strict=True)}
+
+    def moe_flop_tokens(self, tokens: float) -> float:
+        """The token count the MoE FLOP time is priced at: ``tokens``, or with a profile's
+        ``moe_tile_tokens`` the tokens whose routed rows equal the tiled kernel's rows."""
+        r = self._r
+        if not (r.num_experts and r.moe_tile):
+            return float(tokens)
+        return padded_tokens(tokens, int(r.num_experts), r.experts_per_token, r.moe_tile)
 
     def experts_touched(self, tokens: int) -> float:
         """Expected distinct experts per MoE layer read by a forward of ``tokens`` tokens
