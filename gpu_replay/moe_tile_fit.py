@@ -47,40 +47,48 @@ __all__ = ["TILE_FORMS", "TILES", "choose", "cv_errors", "fit_tiled", "run"]
 
 #: Row tiles tried by every fit of a tiled form.
 TILES = (16, 32, 64, 128, 256)
-#: Form name -> (continuous step-shape terms, whether the tile term is on).
-TILE_FORMS: dict[str, tuple[tuple[str, ...], bool]] = {
-    "base": ((), False),
-    "moe_unhidden": (FORMS["moe_unhidden"], False),
-    "tiles": ((), True),
-    "tiles_unhidden": (FORMS["moe_unhidden"], True),
+#: Form name -> (continuous step-shape terms, the tile keys the form sets). The first four were
+#: fixed before any score; the ``tiles_prefill*`` forms were added after their scores were seen
+#: (docs/gpu-replay.md, sixth session, says so).
+TILE_KEYS = ("moe_tile_tokens", "moe_decode_tile_tokens")
+TILE_FORMS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "base": ((), ()),
+    "moe_unhidden": (FORMS["moe_unhidden"], ()),
+    "tiles": ((), TILE_KEYS),
+    "tiles_unhidden": (FORMS["moe_unhidden"], TILE_KEYS),
+    "tiles_prefill": ((), ("moe_tile_tokens",)),
+    "tiles_prefill_unhidden": (FORMS["moe_unhidden"], ("moe_tile_tokens",)),
 }
+PREREGISTERED = ("base", "moe_unhidden", "tiles", "tiles_unhidden")
 RUN2_STEPS = "run2-h100/steps.json"
 
 
-def _with_tile(base: CostModel, tile: int) -> CostModel:
-    return replace(base, coefficients=replace(base.coefficients, moe_tile_tokens=float(tile)))
+def _with_tile(base: CostModel, tiles: dict) -> CostModel:
+    """``base`` with the tile keys of ``tiles`` set (the others 0)."""
+    full = {k: float(tiles.get(k, 0.0)) for k in TILE_KEYS}
+    return replace(base, coefficients=replace(base.coefficients, **full))
 
 
 def fit_tiled(base: CostModel, shapes: list[StepShape], form: str, **kw) -> dict:
     """The form's coefficients fitted on ``shapes`` (and only those): for a tiled form, one fit per
     tile of :data:`TILES`, keeping the lowest squared log error on ``shapes``."""
-    extra, tiled = TILE_FORMS[form]
-    if not tiled:
+    extra, keys = TILE_FORMS[form]
+    if not keys:
         return fit_form(base, shapes, extra, **kw)
     best: tuple[float, dict] | None = None
     for tile in TILES:
-        model = _with_tile(base, tile)
+        tiles = dict.fromkeys(keys, float(tile))
+        model = _with_tile(base, tiles)
         coeffs = fit_form(model, shapes, extra, **kw)
         val = _Scorer(model, shapes)(coeffs)
         if best is None or val < best[0]:
-            best = (val, {**coeffs, "moe_tile_tokens": float(tile)})
+            best = (val, {**coeffs, **tiles})
     return best[1]
 
 
 def predict(base: CostModel, coeffs: dict, shapes: list[StepShape]) -> np.ndarray:
-    tile = coeffs.get("moe_tile_tokens", 0.0)
-    rest = {k: v for k, v in coeffs.items() if k != "moe_tile_tokens"}
-    return predictions(_with_tile(base, int(tile)), rest, shapes)
+    rest = {k: v for k, v in coeffs.items() if k not in TILE_KEYS}
+    return predictions(_with_tile(base, coeffs), rest, shapes)
 
 
 def cv_errors(base: CostModel, shapes: list[StepShape], form: str, **kw) -> np.ndarray:
@@ -93,8 +101,8 @@ def cv_errors(base: CostModel, shapes: list[StepShape], form: str, **kw) -> np.n
 
 
 def _terms(form: str) -> int:
-    extra, tiled = TILE_FORMS[form]
-    return len(extra) + int(tiled)
+    extra, keys = TILE_FORMS[form]
+    return len(extra) + int(bool(keys))
 
 
 def choose(cv: dict[str, float]) -> str:
@@ -114,15 +122,22 @@ def _rows(base: CostModel, coeffs: dict, shapes: list[StepShape]) -> dict:
     return {
         "median_abs_pct": median_abs_pct(pred, meas),
         "rows": [
-            {"phase": s.phase, "a": s.a, "b": s.b, "measured_s": s.total, "error_pct": round((p / s.total - 1) * 100, 2)}
+            {
+                "phase": s.phase,
+                "a": s.a,
+                "b": s.b,
+                "measured_s": s.total,
+                "error_pct": round((p / s.total - 1) * 100, 2),
+            }
             for s, p in zip(shapes, pred, strict=True)
         ],
     }
 
 
-def run(results: Path, steps: str, gpu: str, forms: list[str], **kw) -> dict:
-    """CV the forms on run 1's fit shapes, choose, then fit every form on all of them and score
-    fit and held-out shapes of run 1 and run 2 with those run-1 coefficients."""
+def run(results: Path, steps: str, gpu: str, forms: list[str], cv_from: Path | None = None, **kw) -> dict:
+    """CV the forms on run 1's fit shapes (or take a form's CV from the report ``cv_from``, the
+    same deterministic computation), choose, then fit every form on all of them and score fit and
+    held-out shapes of run 1 and run 2 with those run-1 coefficients."""
     split = json.loads(SPLIT.read_text())
     model, tp = split["model"], split["tp"]
     spec = load_model(model)
@@ -131,14 +146,22 @@ def run(results: Path, steps: str, gpu: str, forms: list[str], **kw) -> dict:
     run2_path = results / RUN2_STEPS
     run2 = load_step_shapes(run2_path, layers) if run2_path.exists() else None
     base = base_model(model, gpu, tp)
-    cv = {}
+    cv = json.loads(cv_from.read_text())["cv"] if cv_from else {}
+    cv = {n: v for n, v in cv.items() if n in forms}
     for name in forms:
+        if name in cv:
+            continue
         err = cv_errors(base, run1["fit"], name, **kw)
-        cv[name] = {"median_abs_pct": float(np.median(np.abs(err)) * 100), "errors_pct": [round(float(e) * 100, 2) for e in err]}
+        cv[name] = {
+            "median_abs_pct": float(np.median(np.abs(err)) * 100),
+            "errors_pct": [round(float(e) * 100, 2) for e in err],
+        }
         print("cv", name, round(cv[name]["median_abs_pct"], 2), flush=True)
     chosen = choose({n: v["median_abs_pct"] for n, v in cv.items()})
     report: dict = {"model": model, "tp": tp, "gpu": gpu, "steps": steps, "tiles": list(TILES), "cv": cv}
     report["chosen"] = chosen
+    pre = {n: v["median_abs_pct"] for n, v in cv.items() if n in PREREGISTERED}
+    report["chosen_preregistered"] = choose(pre) if pre else None
     report["forms"] = {}
     for name in forms:
         coeffs = fit_tiled(base, run1["fit"], name, **kw)
@@ -156,13 +179,15 @@ def write_profiles(report: dict, command: str) -> None:
     all-reduce and ``hicache_transfer`` entries) and say in the provenance how they were chosen."""
     from simulator.cost.profile import validate_profile
 
-    step_keys = BASE_KEYS + tuple(k for f in FORMS.values() for k in f) + ("moe_tile_tokens",)
+    step_keys = BASE_KEYS + tuple(k for f in FORMS.values() for k in f) + TILE_KEYS
     chosen = report["chosen"]
     entry = report["forms"][chosen]
     cv = report["cv"]
+    tile = entry["coefficients"].get("moe_tile_tokens", 0)
+    shapes = len(entry["run1_fit"]["rows"])
     summary = (
-        f"Step form '{chosen}' (gpu_replay.moe_tile_fit; tile {entry['coefficients'].get('moe_tile_tokens', 0):g}) "
-        f"chosen by leave-one-shape-out CV on the {len(entry['run1_fit']['rows'])} fit shapes (median |error|: "
+        f"Step form '{chosen}' (gpu_replay.moe_tile_fit; prefill tile {tile:g}) chosen by "
+        f"leave-one-shape-out CV on the {shapes} fit shapes (median |error|: "
         + ", ".join(f"{n} {v['median_abs_pct']:.1f}%" for n, v in cv.items())
         + f"); held-out step shapes {entry['run1_heldout']['median_abs_pct']:.1f}% "
         f"(fit shapes {entry['run1_fit']['median_abs_pct']:.1f}%), scored once after the choice. "
@@ -187,16 +212,21 @@ def main() -> None:
     ap.add_argument("--steps", default="steps-h100.json")
     ap.add_argument("--gpu", default="H100")
     ap.add_argument("--forms", default=",".join(TILE_FORMS))
+    ap.add_argument("--cv-from", type=Path, default=None, help="reuse the CV scores of an earlier report")
     ap.add_argument("--out", type=Path, default=None, help="report JSON (default: RESULTS/moe_tile_fit.json)")
     ap.add_argument("--write-profiles", action="store_true", help=f"update {', '.join(STEP_PROFILES)}")
     args = ap.parse_args()
-    report = run(args.results, args.steps, args.gpu, args.forms.split(","))
+    report = run(args.results, args.steps, args.gpu, args.forms.split(","), args.cv_from)
     (args.out or args.results / "moe_tile_fit.json").write_text(json.dumps(report, indent=1) + "\n")
     if args.write_profiles:
         write_profiles(report, f"python -m gpu_replay.moe_tile_fit --results {args.results} --write-profiles")
     print("chosen", report["chosen"], report["forms"][report["chosen"]]["coefficients"])
     for name, e in report["forms"].items():
-        parts = [f"{k} {e[k]['median_abs_pct']:.2f}" for k in ("run1_fit", "run1_heldout", "run2_fit", "run2_heldout") if k in e]
+        parts = [
+            f"{k} {e[k]['median_abs_pct']:.2f}"
+            for k in ("run1_fit", "run1_heldout", "run2_fit", "run2_heldout")
+            if k in e
+        ]
         print(name, *parts)
 
 
