@@ -175,12 +175,14 @@ def run(results: Path, steps: str, gpu: str, forms: list[str], cv_from: Path | N
 
 
 def write_profiles(report: dict, command: str) -> None:
-    """Put the chosen form's coefficients into the committed step profiles (keeping their
-    all-reduce and ``hicache_transfer`` entries) and say in the provenance how they were chosen."""
+    """Put the preregistered choice's coefficients into the committed step profiles (keeping their
+    all-reduce and ``hicache_transfer`` entries) and say in the provenance how they were chosen.
+    A form added after scores were seen is reported, never written, even where the rule prefers it:
+    choosing it would use the held-out scores."""
     from simulator.cost.profile import validate_profile
 
     step_keys = BASE_KEYS + tuple(k for f in FORMS.values() for k in f) + TILE_KEYS
-    chosen = report["chosen"]
+    chosen = report["chosen_preregistered"]
     entry = report["forms"][chosen]
     cv = report["cv"]
     tile = entry["coefficients"].get("moe_tile_tokens", 0)
@@ -189,8 +191,9 @@ def write_profiles(report: dict, command: str) -> None:
         f"Step form '{chosen}' (gpu_replay.moe_tile_fit; prefill tile {tile:g}) chosen by "
         f"leave-one-shape-out CV on the {shapes} fit shapes (median |error|: "
         + ", ".join(f"{n} {v['median_abs_pct']:.1f}%" for n, v in cv.items())
-        + f"); held-out step shapes {entry['run1_heldout']['median_abs_pct']:.1f}% "
-        f"(fit shapes {entry['run1_fit']['median_abs_pct']:.1f}%), scored once after the choice. "
+        + f"; over all forms the rule prefers '{report['chosen']}', added after scores were seen, "
+        "not used); held-out step shapes " + f"{entry['run1_heldout']['median_abs_pct']:.1f}% "
+        f"(fit shapes {entry['run1_fit']['median_abs_pct']:.1f}%). "
     )
     for name in STEP_PROFILES:
         path = PROFILES / f"{name}.json"

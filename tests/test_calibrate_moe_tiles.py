@@ -78,14 +78,17 @@ def test_heldout_shapes_never_reach_a_fit(monkeypatch):
 
 def test_choice_counts_the_tile_as_a_term():
     assert mtf.choose({"base": 6.0, "tiles": 5.95}) == "base"
-    assert mtf.choose({"base": 6.0, "tiles": 5.0, "moe_unhidden": 5.05}) == "moe_unhidden"
+    assert mtf.choose({"base": 6.0, "tiles": 5.0, "moe_unhidden": 5.05}) == "tiles"
+    assert mtf.choose({"moe_unhidden": 4.36, "tiles_prefill_unhidden": 4.25}) == "tiles_prefill_unhidden"
+    assert mtf.choose({"moe_unhidden": 4.36, "tiles_prefill_unhidden": 4.27}) == "moe_unhidden"
     assert mtf.choose({"moe_unhidden": 4.4, "tiles": 4.5, "tiles_unhidden": 3.0}) == "tiles_unhidden"
 
 
 @pytest.mark.parametrize("name", STEP_PROFILES)
 def test_committed_profiles_carry_the_reported_form(name):
     report = json.loads((RESULTS / "moe_tile_fit.json").read_text())
-    coeffs = report["forms"][report["chosen"]]["coefficients"]
+    assert report["chosen_preregistered"] in mtf.PREREGISTERED
+    coeffs = report["forms"][report["chosen_preregistered"]]["coefficients"]
     prof = load_profile(Path(mtf.PROFILES) / f"{name}.json")
     assert {k: prof["coefficients"].get(k, 0.0) for k in coeffs} == coeffs
     prov = prof["provenance"]
