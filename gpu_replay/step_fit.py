@@ -101,7 +101,7 @@ class _Features:
                     (r.dense_flops_per_token * n + r.lm_head_flops_per_request * req) / peak,
                     r.dense_bytes / hbm,
                     r.moe_flops_per_token / peak,
-                    n if r.num_experts else 0.0,
+                    base.moe_flop_tokens(n, s.phase) if r.num_experts else 0.0,
                     touched * r.expert_bytes / hbm,
                     fp * r.full_flops_per_pair / peak,
                     (fr + n) * r.full_kv_bytes / hbm,

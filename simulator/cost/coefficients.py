@@ -67,6 +67,12 @@ class CostCoefficients:
     moe_unhidden_fraction: float = 0.0
     prefill_attention_unhidden_fraction: float = 0.0
     moe_flops_half_tokens: float = 0.0
+    # ``moe_tile_tokens``: the row tile of the prefill MoE grouped GEMM; when > 0 the MoE FLOP time
+    # counts the rows the kernel computes, each expert's token count rounded up to whole tiles
+    # (simulator/cost/moe_tiles.py), instead of the routed rows. ``moe_decode_tile_tokens``: the
+    # same for decode (kernels pick smaller tiles for decode's few rows). 0 = off (the roofline).
+    moe_tile_tokens: float = 0.0
+    moe_decode_tile_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -79,6 +85,8 @@ class CostCoefficients:
                 raise ConfigError(f"cost coefficient {f.name} must be >= 0, got {v}")
             if f.name.endswith("_unhidden_fraction") and v > 1:
                 raise ConfigError(f"cost coefficient {f.name} must lie in [0, 1], got {v}")
+            if f.name.endswith("tile_tokens") and v and (v < 1 or v != int(v)):
+                raise ConfigError(f"cost coefficient {f.name} must be 0 or a whole number >= 1, got {v}")
             if f.name.endswith("_efficiency") and not 0 < v <= 1.5:
                 raise ConfigError(f"cost coefficient {f.name} must lie in (0, 1.5], got {v}")
             if f.name in ("peak_tflops", "hbm_bandwidth_gbps", "allreduce_bus_gbps") and v <= 0:

@@ -42,6 +42,7 @@ import numpy as np
 
 from simulator.cost.coefficients import CostCoefficients, allreduce_bus_source
 from simulator.cost.geometry import INT_GEOMETRY_FIELDS, ModelCostGeometry, derive_geometry
+from simulator.cost.moe_tiles import padded_tokens
 from simulator.cost.prefill_sums import capped_triangle, prefill_sums_loop
 from simulator.cost.profile import COEFFICIENT_KEYS, profile_mismatches, validate_profile
 from simulator.errors import ConfigError
@@ -70,6 +71,7 @@ class _Rates:
     expert_bytes: float  # one expert index, all layers, one rank
     num_experts: float
     miss_per_token: float  # 1 - k/E
+    experts_per_token: int  # k
     # attention (per (query, key) pair summed over layers of that kind; per token of KV)
     full_flops_per_pair: float
     swa_flops_per_pair: float
@@ -90,6 +92,8 @@ class _Rates:
     moe_unhidden: float
     prefill_attn_unhidden: float
     moe_half_tokens: float
+    moe_tile: int  # row tile of the prefill MoE grouped GEMM, 0 = off
+    moe_decode_tile: int  # the same for decode
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,6 +132,7 @@ class CostModel:
             expert_bytes=g.params_per_expert * g.expert_bytes_per_param / tp,
             num_experts=float(g.num_experts),
             miss_per_token=1.0 - g.experts_per_token / g.num_experts if g.num_experts else 1.0,
+            experts_per_token=int(g.experts_per_token),
             full_flops_per_pair=2.0
             * q_heads_rank
             * (g.full_qk_head_dim + g.full_v_head_dim)
@@ -151,6 +156,8 @@ class CostModel:
             moe_unhidden=c.moe_unhidden_fraction,
             prefill_attn_unhidden=c.prefill_attention_unhidden_fraction,
             moe_half_tokens=c.moe_flops_half_tokens,
+            moe_tile=int(c.moe_tile_tokens),
+            moe_decode_tile=int(c.moe_decode_tile_tokens),
         )
         object.__setattr__(self, "_r", rates)
 
@@ -207,12 +214,14 @@ class CostModel:
 
     # ---- the roofline --------------------------------------------------------------------------
 
-    def _linear_parts(self, tokens: float, requests: float) -> tuple[float, float]:
+    def _linear_parts(self, tokens: float, requests: float, tile: int) -> tuple[float, float]:
         """(dense, moe) seconds for a forward of ``tokens`` tokens from ``requests`` requests.
 
         Each group costs ``max(compute, memory)``, plus ``unhidden x min(compute, memory)`` when a
         profile sets the group's unhidden fraction; the MoE's FLOP time is that of ``tokens +
-        moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n)."""
+        moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n), where
+        a ``tile`` (a profile's ``moe_tile_tokens`` for prefill, ``moe_decode_tile_tokens`` for
+        decode) first rounds each expert's rows up to whole tiles (:meth:`moe_flop_tokens`)."""
         r = self._r
         dense_c = (
             r.dense_flops_per_token * tokens + r.lm_head_flops_per_request * requests
@@ -223,7 +232,9 @@ class CostModel:
             dense += r.dense_unhidden * min(dense_c, dense_m)
         if r.num_experts:
             touched = r.num_experts * (1.0 - r.miss_per_token**tokens)
-            n = tokens + r.moe_half_tokens if r.moe_half_tokens else tokens
+            n = padded_tokens(tokens, int(r.num_experts), r.experts_per_token, tile) if tile else tokens
+            if r.moe_half_tokens:
+                n = n + r.moe_half_tokens
             moe_c = r.moe_flops_per_token * n / r.moe_flops_rate
             moe_m = touched * r.expert_bytes / r.weight_bw
             moe = max(moe_c, moe_m)
@@ -290,7 +301,7 @@ class CostModel:
 
     def _decode_parts(self, bs: int, full_ctx: Any, swa_ctx: Any) -> tuple[Any, ...]:
         n = float(bs)
-        dense, moe = self._linear_parts(n, n)
+        dense, moe = self._linear_parts(n, n, self._r.moe_decode_tile)
         attn_full, attn_swa = self._attention_parts(full_ctx, swa_ctx, full_ctx, swa_ctx, n)
         allreduce, overhead = self._fixed_parts(n, n, "decode")
         return dense, moe, attn_full, attn_swa, allreduce, overhead
@@ -321,7 +332,7 @@ class CostModel:
         up to float rounding.
         """
         n = float(bs)
-        dense, moe = self._linear_parts(n, n)
+        dense, moe = self._linear_parts(n, n, self._r.moe_decode_tile)
         allreduce, overhead = self._fixed_parts(n, n, "decode")
         r = self._r
         return (
@@ -401,7 +412,7 @@ class CostModel:
         )
         if tokens == 0:
             return (0.0,) * len(_PARTS)
-        dense, moe = self._linear_parts(tokens, requests)
+        dense, moe = self._linear_parts(tokens, requests, self._r.moe_tile)
         # Prefill reads the prefix KV and the new tokens' KV, and writes the new tokens' KV.
         attn_full, attn_swa = self._attention_parts(full_pairs, swa_pairs, full_read, swa_read, tokens)
         if self._r.prefill_attn_unhidden:
@@ -430,6 +441,15 @@ class CostModel:
         """Seconds per kernel group of one prefill step (sums to :meth:`prefill_time`)."""
         parts = self._prefill_parts(extend_lens, prefix_lens)
         return {name: float(v) for name, v in zip(_PARTS, parts, strict=True)}
+
+    def moe_flop_tokens(self, tokens: float, phase: str = "prefill") -> float:
+        """The token count the MoE FLOP time of a ``phase`` step is priced at: ``tokens``, or with
+        a profile's tile for that phase the tokens whose routed rows equal the tiled kernel's rows."""
+        r = self._r
+        tile = r.moe_decode_tile if phase == "decode" else r.moe_tile
+        if not (r.num_experts and tile):
+            return float(tokens)
+        return padded_tokens(tokens, int(r.num_experts), r.experts_per_token, tile)
 
     def experts_touched(self, tokens: int) -> float:
         """Expected distinct experts per MoE layer read by a forward of ``tokens`` tokens
