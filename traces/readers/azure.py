@@ -16,7 +16,8 @@ from traces.continuation import build_sequences
 from traces.errors import TraceFormatError
 from traces.jsonl import check_max, opened
 from traces.readers.common import arrival_order
-from traces.schema import Trace, make_requests
+from traces.request_table import RequestTable
+from traces.schema import Trace
 from traces.source import TraceInput
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -140,5 +141,5 @@ def read_azure(path: TraceInput | str | Path, limit: int | None = None) -> Trace
         parent,
         np.zeros(n, dtype=bool),
     )
-    requests = make_requests(lines_a, arrival, prompt_len, output_len)
+    requests = RequestTable(lines_a, arrival, prompt_len, output_len)  # numpy labels: no pandas
     return Trace(requests, content, source=src)

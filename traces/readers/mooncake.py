@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
@@ -28,7 +26,8 @@ from traces.jsonl import (
     require_object,
 )
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, roots_and_depths
-from traces.schema import Trace, int_labels, make_requests
+from traces.request_table import RequestTable
+from traces.schema import Trace
 from traces.source import TraceInput
 
 DEFAULT_BLOCK_SIZE = 512
@@ -107,15 +106,9 @@ def _assemble(
     del raw
     lens = fixed_block_lens(np.diff(offsets), prompt_len, block_size)
     linked = link_and_build(offsets, chains, lens, n_chains, prompt_len, output_len, block_size, continuation)
-    rid = int_labels(lines)
     root, depth = roots_and_depths(linked.parent)
-    requests = make_requests(
-        rid,
-        arrival,
-        prompt_len,
-        output_len,
-        session_id=pc.take(rid, pa.array(root)),
-        turn=depth,
-        parent=linked.parent,
+    # rid: the record's line number; session: its root turn's (numpy labels: no pandas, issue 14)
+    requests = RequestTable(
+        lines, arrival, prompt_len, output_len, session_id=lines[root], turn=depth, parent=linked.parent
     )
     return Trace(requests, linked.content, source=src)
