@@ -38,7 +38,7 @@ def _loads(path: str, lineno: int, line: str) -> Any:
 
 
 def iter_json_chunks(
-    source: TraceInput | str | Path, limit: int | None = None, size: int = CHUNK
+    source: TraceInput | str | Path, limit: int | None = None, size: int | None = None
 ) -> Iterator[list[tuple[int, Any]]]:
     """Lists of up to ``size`` ``(line_number, object)`` pairs: the records
     :func:`~traces.jsonl.iter_json_lines` yields, the same objects and the same errors.
@@ -49,6 +49,7 @@ def iter_json_chunks(
     with opened(source) as inp:
         if limit is not None and limit <= 0:
             return
+        size = size or CHUNK
         chunk: list[tuple[int, Any]] = []
         try:
             for record in _records(inp, limit):
