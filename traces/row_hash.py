@@ -106,7 +106,8 @@ def hash_int_labels(values: np.ndarray) -> np.ndarray:
     width = text.dtype.itemsize // 8 * 8 + 8
     data = np.zeros((len(unique), width), dtype=np.uint8)
     data[:, : text.dtype.itemsize] = text.view(np.uint8).reshape(len(unique), -1)
-    lengths = np.char.str_len(text)
+    # the label lengths (numpy.char's str_len would import numpy.char at every run)
+    lengths = (data[:, : text.dtype.itemsize] != 0).sum(axis=1)
     return _mix(siphash24(data, lengths))[codes.reshape(-1)]
 
 

@@ -99,7 +99,9 @@ def row_chunks(offsets: np.ndarray, max_items: int = 1 << 20) -> list[tuple[int,
     if n <= 0:
         return []
     targets = np.arange(max_items, int(offsets[-1]), max_items)
-    cuts = np.unique(np.concatenate(([0], np.searchsorted(offsets, targets, side="right") - 1, [n])))
+    # sorted, not np.unique: repeated cuts only make empty pairs, dropped below, and a plain
+    # np.unique imports numpy.ma (50-100 ms of a run's start-up, issue 14)
+    cuts = np.sort(np.concatenate(([0], np.searchsorted(offsets, targets, side="right") - 1, [n])))
     cuts = cuts[(cuts >= 0) & (cuts <= n)]
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
