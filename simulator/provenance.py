@@ -59,12 +59,10 @@ def source_hash() -> str:
 def trace_hash(trace: Any) -> str:
     """SHA-256 of a loaded trace's content: the canonical request table, the token or block
     content and the closed-loop rules (not its file name or format)."""
-    import pandas as pd
-
     digest = hashlib.sha256()
-    req = trace.requests
-    digest.update(canonical_json(list(map(str, req.columns))).encode())
-    digest.update(pd.util.hash_pandas_object(req, index=False).to_numpy().tobytes())
+    columns, rows = trace.row_hashes()  # pandas' row hash; numpy alone for numpy columns (issue 14)
+    digest.update(canonical_json(columns).encode())
+    digest.update(rows.tobytes())
     content = trace.content
     digest.update(type(content).__name__.encode())
     for f in dataclasses.fields(content):

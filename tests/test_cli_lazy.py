@@ -81,12 +81,16 @@ def test_commands_mapping_loads_on_access() -> None:
     assert "nonexistent" not in group.commands  # type: ignore[attr-defined]
 
 
-def test_run_without_out_imports_no_matplotlib() -> None:
-    """``kvplan run`` on a small bundled trace prints its summary without matplotlib (plots are
-    ``kvplan report``'s); pandas still comes with the trace's request table (issue 14, remaining)."""
-    mods = _imported_after("run", "--limit", "40", "--page-size", "64", "--json", "--no-progress")
+@pytest.mark.parametrize("trace", [None, "traces/data/azure_conv_head1000.csv"])
+def test_run_without_out_imports_no_matplotlib_pandas_or_pyarrow(trace: str | None) -> None:
+    """``kvplan run --json`` on a Mooncake or Azure trace prints its summary and provenance
+    without matplotlib (plots are ``kvplan report``'s), pandas or pyarrow: those readers keep the
+    request table as numpy columns and the trace hash is computed from them (issue 14)."""
+    args = ["run", "--limit", "40", "--page-size", "64", "--json", "--no-progress"]
+    mods = _imported_after(*args, *(["--trace", trace] if trace else []))
     assert "simulator.engine" in mods  # the run really ran
-    assert not any(m == "matplotlib" or m.startswith("matplotlib.") for m in mods)
+    for heavy in ("matplotlib", "pandas", "pyarrow"):
+        assert not any(m == heavy or m.startswith(heavy + ".") for m in mods), heavy
 
 
 def test_eager_and_lazy_commands_mix() -> None:

@@ -24,6 +24,10 @@ class IntBuffer:
         """Raises TypeError/OverflowError on a bad value; callers turn that into a located error."""
         self._a.extend(values)
 
+    def extend_numpy(self, values: np.ndarray) -> None:
+        """Append a numpy array of this buffer's dtype (a C-level copy of its bytes)."""
+        self._a.frombytes(np.ascontiguousarray(values, dtype=_NP[self._a.typecode]).tobytes())
+
     def __len__(self) -> int:
         return len(self._a)
 

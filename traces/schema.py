@@ -14,14 +14,17 @@ Both are CSR arrays over requests (``offsets`` has ``n + 1`` entries), so nothin
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import FrozenInstanceError, dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import pyarrow as pa
+
+from traces.request_table import RequestTable
 
 if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow as pa
+
     from traces.closed_loop import ClosedLoop
 
 #: Columns every trace's ``requests`` frame has, in this order.
@@ -96,7 +99,9 @@ def row_chunks(offsets: np.ndarray, max_items: int = 1 << 20) -> list[tuple[int,
     if n <= 0:
         return []
     targets = np.arange(max_items, int(offsets[-1]), max_items)
-    cuts = np.unique(np.concatenate(([0], np.searchsorted(offsets, targets, side="right") - 1, [n])))
+    # sorted, not np.unique: repeated cuts only make empty pairs, dropped below, and a plain
+    # np.unique imports numpy.ma (50-100 ms of a run's start-up, issue 14)
+    cuts = np.sort(np.concatenate(([0], np.searchsorted(offsets, targets, side="right") - 1, [n])))
     cuts = cuts[(cuts >= 0) & (cuts <= n)]
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:], strict=True) if b > a]
 
@@ -114,23 +119,86 @@ def copy_ranges(
         dst[d_idx] = src[s_idx]
 
 
-@dataclass(frozen=True, eq=False)
 class Trace:
     """A workload: ``requests`` (one row per request, in serving order) and its ``content``.
 
     Row order is arrival order; rows whose ``arrival_s`` is NaN are closed-loop turns whose time the
     simulator resolves from ``closed_loop``. ``parent`` is the row index of the previous turn (-1 if
     none), always smaller than the row's own index.
+
+    ``requests`` is given as a DataFrame or as a :class:`~traces.request_table.RequestTable`
+    (numpy columns; the frame is then built on first read, so a run that reads only
+    :meth:`column` and :meth:`labels` never imports pandas, issue 14). Immutable, like the
+    frozen dataclass it was.
     """
 
-    requests: pd.DataFrame
-    content: Content
-    source: str = ""
-    closed_loop: ClosedLoop | None = None
-    _pages_cache: dict = field(default_factory=dict, repr=False, compare=False)
+    def __init__(
+        self,
+        requests: pd.DataFrame | RequestTable,
+        content: Content,
+        source: str = "",
+        closed_loop: ClosedLoop | None = None,
+    ) -> None:
+        table = requests if isinstance(requests, RequestTable) else None
+        self.__dict__.update(
+            _table=table,
+            _frame=None if table is not None else requests,
+            content=content,
+            source=source,
+            closed_loop=closed_loop,
+            _pages_cache={},
+        )
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        return f"Trace({len(self)} requests, {type(self.content).__name__}, source={self.source!r})"
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        """The request table as a DataFrame (:data:`REQUEST_COLUMNS`, then any client columns)."""
+        if self._frame is None:
+            self.__dict__["_frame"] = self._table.to_frame()
+        return self._frame
 
     def __len__(self) -> int:
-        return len(self.requests)
+        return len(self._table if self._table is not None else self._frame)
+
+    def column(self, name: str, dtype: Any = None) -> np.ndarray:
+        """A numeric request column as a numpy array (of ``dtype`` if given), without building
+        the DataFrame when the trace has numpy columns."""
+        if self._table is not None:
+            values = self._table.column(name)
+            return values if dtype is None else values.astype(dtype, copy=False)
+        return self._frame[name].to_numpy(dtype)
+
+    def labels(self, name: str) -> list[str | None]:
+        """A string request column (``rid``, ``session_id``) as strings, None where missing."""
+        if self._table is not None:
+            return self._table.labels(name)
+        col = self._frame[name]
+        na = col.isna().to_numpy()
+        return [None if m else str(v) for v, m in zip(col.tolist(), na, strict=True)]
+
+    def has_column(self, name: str) -> bool:
+        """Whether the request table has ``name`` (the client columns are optional)."""
+        if self._table is not None:
+            return name in REQUEST_COLUMNS
+        return name in self._frame.columns
+
+    def row_hashes(self) -> tuple[list[str], np.ndarray]:
+        """(column names, ``pandas.util.hash_pandas_object(requests, index=False)`` as uint64),
+        computed from the numpy columns when the trace has them (no pandas)."""
+        if self._table is not None:
+            return list(REQUEST_COLUMNS), self._table.row_hashes()
+        import pandas as pd
+
+        req = self._frame
+        return list(map(str, req.columns)), pd.util.hash_pandas_object(req, index=False).to_numpy()
 
     def sequence_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
         """CSR (offsets, page_ids) of the full pages of each request's prompt ++ output.
@@ -169,7 +237,7 @@ class Trace:
     def prompt_pages(self, page_size: int) -> tuple[np.ndarray, np.ndarray]:
         """CSR of the full pages inside each prompt (a prefix of each row of ``sequence_pages``)."""
         offsets, ids = self.sequence_pages(page_size)
-        n_prompt = self.requests["prompt_len"].to_numpy(np.int64) // int(page_size)
+        n_prompt = self.column("prompt_len", np.int64) // int(page_size)
         idx, new_offsets = gather_ranges(offsets[:-1], n_prompt)
         return new_offsets, ids[idx]
 
@@ -177,25 +245,32 @@ class Trace:
         """The first ``n`` requests (parents always precede children, so links stay valid)."""
         n = min(n, len(self))
         rows = np.arange(n)
-        return Trace(self.requests.iloc[:n].copy(), self.content.take(rows), self.source, self.closed_loop)
-
-
-_STR = pd.StringDtype("pyarrow")
+        if self._table is not None:
+            requests = self._table.head(n)
+        else:
+            requests = self._frame.iloc[:n].copy()
+        return Trace(requests, self.content.take(rows), self.source, self.closed_loop)
 
 
 def int_labels(values: np.ndarray) -> pa.Array:
     """Decimal string labels for integers, built in Arrow (no Python string per row)."""
+    import pyarrow as pa
+
     return pa.array(np.asarray(values, dtype=np.int64)).cast(pa.string())
 
 
 def _strings(values: np.ndarray | list | pa.Array | None, n: int) -> pd.api.extensions.ExtensionArray:
+    import pandas as pd
+    import pyarrow as pa
+
+    string_dtype = pd.StringDtype("pyarrow")
     if values is None:
-        return pd.array(pa.nulls(n, pa.string()), dtype=_STR)
+        return pd.array(pa.nulls(n, pa.string()), dtype=string_dtype)
     if isinstance(values, np.ndarray) and values.dtype.kind in "iu":
         values = int_labels(values)
     if isinstance(values, np.ndarray):
         values = values.tolist()
-    return pd.array(values, dtype=_STR)
+    return pd.array(values, dtype=string_dtype)
 
 
 def make_requests(
@@ -209,6 +284,8 @@ def make_requests(
 ) -> pd.DataFrame:
     """Build the request frame with the canonical column names and dtypes (strings are Arrow-backed;
     integer arrays given as ``rid``/``session_id`` become their decimal labels)."""
+    import pandas as pd
+
     n = len(prompt_len)
     frame = pd.DataFrame(
         {
@@ -226,6 +303,8 @@ def make_requests(
 
 def add_client_columns(frame: pd.DataFrame, max_new_tokens: list, ignore_eos: list) -> None:
     """Append :data:`CLIENT_COLUMNS` (one value or None per row) when any row states one."""
+    import pandas as pd
+
     if any(v is not None for v in max_new_tokens) or any(v is not None for v in ignore_eos):
         frame["max_new_tokens"] = pd.array(max_new_tokens, dtype="Int64")
         frame["ignore_eos"] = pd.array(ignore_eos, dtype="boolean")

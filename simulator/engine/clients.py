@@ -74,13 +74,12 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     rows = trace.row_page_keys(page_size)  # a big trace: each request's keys on demand
     if rows is None:
         offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed
-    req = trace.requests
-    rids = req["rid"].astype(str).tolist()
-    session_na = req["session_id"].isna().to_numpy()
-    sessions = [None if na else str(s) for s, na in zip(req["session_id"].tolist(), session_na, strict=True)]
-    turns = req["turn"].to_numpy(np.int64).tolist()
-    prompt = req["prompt_len"].to_numpy(np.int64).tolist()
-    output = req["output_len"].to_numpy(np.int64).tolist()
+    # the trace's columns as arrays: a trace read into numpy columns builds no DataFrame (issue 14)
+    rids = trace.labels("rid")
+    sessions = trace.labels("session_id")
+    turns = trace.column("turn", np.int64).tolist()
+    prompt = trace.column("prompt_len", np.int64).tolist()
+    output = trace.column("output_len", np.int64).tolist()
     heartbeat_rows = (
         isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
     )
@@ -93,14 +92,14 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
             output_len=output[i],
             session=sessions[i],
             round=turns[i],
-            heartbeat=bool(heartbeat_rows and session_na[i]),
+            heartbeat=bool(heartbeat_rows and sessions[i] is None),
             index=i,
             ignore_eos=ignore_eos,
         )
         for i in range(len(rids))
     ]
-    if "max_new_tokens" in req.columns:
-        _client_values(req, reqs)
+    if trace.has_column("max_new_tokens"):
+        _client_values(trace.requests, reqs)
     return reqs
 
 
@@ -141,7 +140,7 @@ def offered_request_rate(trace: Trace, cfg: SimConfig) -> float | None:
         return None
     if cfg.request_rate is not None:
         return float(cfg.request_rate)
-    arr = trace.requests["arrival_s"].to_numpy(np.float64)
+    arr = trace.column("arrival_s", np.float64)
     arr = arr[np.isfinite(arr)]
     span = (float(arr.max() - arr.min()) * cfg.time_scale) if len(arr) else 0.0
     return round(len(trace) / span, 2) if span > 0 else None
@@ -224,8 +223,8 @@ def open_loop_schedule(trace: Trace, cfg: SimConfig) -> tuple[np.ndarray, np.nda
     ``cfg.request_rate`` drawn from ``numpy.random.default_rng(cfg.seed)``; NaN where unknown.
     """
     n = len(trace)
-    arrival = trace.requests["arrival_s"].to_numpy(np.float64)
-    parent = trace.requests["parent"].to_numpy(np.int64)
+    arrival = trace.column("arrival_s", np.float64)
+    parent = trace.column("parent", np.int64)
     if cfg.request_rate is not None:
         gaps = np.random.default_rng(cfg.seed).exponential(1.0 / cfg.request_rate, size=n)
         own = np.zeros(n)
@@ -240,7 +239,7 @@ def open_loop_schedule(trace: Trace, cfg: SimConfig) -> tuple[np.ndarray, np.nda
     if len(orphan):
         i = int(orphan[0])
         raise ConfigError(
-            f"trace row {i} (rid {trace.requests['rid'].iloc[i]}) has no arrival time and no parent turn "
+            f"trace row {i} (rid {trace.labels('rid')[i]}) has no arrival time and no parent turn "
             f"({len(orphan)} such rows); give --request-rate to time them"
         )
     return own, waits
@@ -250,7 +249,7 @@ def _open_loop(
     env: simpy.Environment, server: Server, trace: Trace, cfg: SimConfig, reqs: list[SimRequest]
 ) -> Generator[simpy.Event, Any, ClientStats]:
     own, waits = open_loop_schedule(trace, cfg)
-    parent = trace.requests["parent"].to_numpy(np.int64)
+    parent = trace.column("parent", np.int64)
     stats = ClientStats("open", len(reqs), start_s=env.now)
     tracker = _Tracker(env, stats)
     think = cfg.think_time_s
@@ -367,7 +366,7 @@ class _BenchMultiturnClients:
         self.heartbeat_of: dict[int, int] = {}
         self.next_row: dict[int, int] = {}
         self.ready: list[int] = []
-        parent = trace.requests["parent"].to_numpy(np.int64)
+        parent = trace.column("parent", np.int64)
         for i, req in enumerate(reqs):
             if req.heartbeat:
                 self.heartbeat_of[req.round] = i

@@ -15,8 +15,10 @@ from traces.buffers import IntBuffer
 from traces.continuation import build_sequences
 from traces.errors import TraceFormatError
 from traces.jsonl import check_max, opened
+from traces.readers.azure_chunks import plain_rows, row_chunks
 from traces.readers.common import arrival_order
-from traces.schema import Trace, make_requests
+from traces.request_table import RequestTable
+from traces.schema import Trace
 from traces.source import TraceInput
 
 HEADER = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
@@ -91,7 +93,7 @@ def read_azure(path: TraceInput | str | Path, limit: int | None = None) -> Trace
     """Read an Azure 2023 LLM inference CSV (streaming; the first ``limit`` rows) into a canonical trace."""
     with opened(path) as inp:
         src = inp.name
-        ts_ns, lines, in_len, out_len = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
+        bufs = [IntBuffer() for _ in range(4)]  # timestamps (ns), line numbers, input, output
         units: dict[str, int] = {}
         numbered = inp.lines()
         reader = csv.reader(text for _, text in numbered)
@@ -102,23 +104,20 @@ def read_azure(path: TraceInput | str | Path, limit: int | None = None) -> Trace
             raise TraceFormatError(
                 src, 1, None, f"expected header {','.join(HEADER)}, got {','.join(header)!r}"
             )
-        for row in reader:
-            line = reader.line_num
-            if not row or all(not c.strip() for c in row):
-                continue
-            if len(row) != 3:
-                raise TraceFormatError(src, line, None, f"expected 3 columns, got {len(row)}")
-            ts_ns.append(_timestamp_ns(src, line, row[0], units))
-            lines.append(line)
-            in_len.append(_int_cell(src, line, "ContextTokens", row[1]))
-            out_len.append(_int_cell(src, line, "GeneratedTokens", row[2]))
-            if limit is not None and len(lines) >= limit:
-                break
-    if len(lines) == 0:
+        for rows in row_chunks(reader, lambda: reader.line_num, limit):
+            plain = plain_rows(rows, units)
+            if plain is None:  # row by row: the same values, or the located error
+                for line, row in rows:
+                    _row(src, line, row, units, bufs)
+            else:
+                ns, n_in, n_out = plain
+                lines = np.fromiter((line for line, _ in rows), np.int64, len(rows))
+                for buf, values in zip(bufs, (ns, lines, n_in, n_out), strict=True):
+                    buf.extend_numpy(values)
+    if len(bufs[1]) == 0:
         raise TraceFormatError(src, None, None, "empty trace: no records")
-    t = ts_ns.numpy()
+    t, lines_a, prompt_len, output_len = (b.numpy() for b in bufs)
     arrival = (t - t.min()) / 1e9
-    lines_a, prompt_len, output_len = lines.numpy(), in_len.numpy(), out_len.numpy()
     order = arrival_order(arrival, src)
     if order is not None:
         arrival, lines_a, prompt_len, output_len = (
@@ -140,5 +139,16 @@ def read_azure(path: TraceInput | str | Path, limit: int | None = None) -> Trace
         parent,
         np.zeros(n, dtype=bool),
     )
-    requests = make_requests(lines_a, arrival, prompt_len, output_len)
+    requests = RequestTable(lines_a, arrival, prompt_len, output_len)  # numpy labels: no pandas
     return Trace(requests, content, source=src)
+
+
+def _row(src: str, line: int, row: list[str], units: dict[str, int], bufs: list[IntBuffer]) -> None:
+    """Check one row cell by cell (the located errors) and append it."""
+    if len(row) != 3:
+        raise TraceFormatError(src, line, None, f"expected 3 columns, got {len(row)}")
+    ts_ns, lines, in_len, out_len = bufs
+    ts_ns.append(_timestamp_ns(src, line, row[0], units))
+    lines.append(line)
+    in_len.append(_int_cell(src, line, "ContextTokens", row[1]))
+    out_len.append(_int_cell(src, line, "GeneratedTokens", row[2]))

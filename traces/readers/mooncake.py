@@ -10,8 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from traces.buffers import FloatBuffer, IntBuffer
 from traces.chains import chain_block_ids
@@ -20,15 +18,17 @@ from traces.errors import TraceFormatError
 from traces.jsonl import (
     check_max,
     hash_id_list,
-    iter_json_lines,
     length_field,
     locate_bad_int,
     number_field,
     opened,
     require_object,
 )
+from traces.jsonl_chunks import iter_json_chunks
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, roots_and_depths
-from traces.schema import Trace, int_labels, make_requests
+from traces.readers.mooncake_chunks import plain_chunk
+from traces.request_table import RequestTable
+from traces.schema import Trace
 from traces.source import TraceInput
 
 DEFAULT_BLOCK_SIZE = 512
@@ -51,34 +51,56 @@ def read_mooncake(
     with opened(path) as inp:
         src = inp.name
         check_block_size(src, block_size)
-        ts, lines = FloatBuffer(), IntBuffer()
-        in_len, out_len, counts, hashes = IntBuffer(), IntBuffer(), IntBuffer(), IntBuffer()
-        for line, obj in iter_json_lines(inp, limit):
-            obj = require_object(src, line, obj)
-            t = number_field(src, line, obj, "timestamp")
-            n_in = length_field(src, line, obj, "input_length")
-            n_out = length_field(src, line, obj, "output_length")
-            ids = hash_id_list(src, line, obj, "hash_ids", n_in, block_size)
-            try:
-                hashes.extend(ids)
-            except (TypeError, OverflowError):
-                locate_bad_int(src, line, "hash_ids", ids, minimum=None)
-            ts.append(t)
-            lines.append(line)
-            in_len.append(n_in)
-            out_len.append(n_out)
-            counts.append(len(ids))
-    return _assemble(
-        src,
-        ts.numpy() / 1000.0,
-        lines.numpy(),
-        in_len.numpy(),
-        out_len.numpy(),
-        counts.numpy(),
-        hashes.numpy(),
-        block_size,
-        continuation,
-    )
+        bufs = _Buffers()
+        for chunk in iter_json_chunks(inp, limit):
+            plain = plain_chunk([obj for _, obj in chunk], block_size)
+            if plain is None:  # record by record: the same values, or the located error
+                for line, obj in chunk:
+                    _record(src, line, obj, block_size, bufs)
+            else:
+                bufs.add_plain(np.fromiter((line for line, _ in chunk), np.int64, len(chunk)), *plain)
+    ts, lines, in_len, out_len, counts, hashes = bufs.all()
+    return _assemble(src, ts / 1000.0, lines, in_len, out_len, counts, hashes, block_size, continuation)
+
+
+class _Buffers:
+    """The records' fields as growing arrays (streaming: no list of records is kept)."""
+
+    def __init__(self) -> None:
+        self.ts = FloatBuffer()
+        self.ints = [IntBuffer() for _ in range(5)]  # lines, input, output, id counts, hash ids
+
+    def add(self, t: float, line: int, n_in: int, n_out: int, ids: list) -> None:
+        lines, in_len, out_len, counts, _ = self.ints
+        self.ts.append(t)
+        lines.append(line)
+        in_len.append(n_in)
+        out_len.append(n_out)
+        counts.append(len(ids))
+
+    def add_plain(self, lines: np.ndarray, *plain: np.ndarray) -> None:
+        """A plain chunk (:func:`plain_chunk`'s arrays) and its line numbers."""
+        t, *ints = plain
+        self.ts.extend_numpy(t)
+        for buf, values in zip(self.ints, (lines, *ints), strict=True):
+            buf.extend_numpy(values)
+
+    def all(self) -> tuple[np.ndarray, ...]:
+        return (self.ts.numpy(), *(b.numpy() for b in self.ints))
+
+
+def _record(src: str, line: int, obj: object, block_size: int, bufs: _Buffers) -> None:
+    """Check one record field by field (the located errors) and append it."""
+    obj = require_object(src, line, obj)
+    t = number_field(src, line, obj, "timestamp")
+    n_in = length_field(src, line, obj, "input_length")
+    n_out = length_field(src, line, obj, "output_length")
+    ids = hash_id_list(src, line, obj, "hash_ids", n_in, block_size)
+    try:
+        bufs.ints[4].extend(ids)
+    except (TypeError, OverflowError):
+        locate_bad_int(src, line, "hash_ids", ids, minimum=None)
+    bufs.add(t, line, n_in, n_out, ids)
 
 
 def _assemble(
@@ -107,15 +129,9 @@ def _assemble(
     del raw
     lens = fixed_block_lens(np.diff(offsets), prompt_len, block_size)
     linked = link_and_build(offsets, chains, lens, n_chains, prompt_len, output_len, block_size, continuation)
-    rid = int_labels(lines)
     root, depth = roots_and_depths(linked.parent)
-    requests = make_requests(
-        rid,
-        arrival,
-        prompt_len,
-        output_len,
-        session_id=pc.take(rid, pa.array(root)),
-        turn=depth,
-        parent=linked.parent,
+    # rid: the record's line number; session: its root turn's (numpy labels: no pandas, issue 14)
+    requests = RequestTable(
+        lines, arrival, prompt_len, output_len, session_id=lines[root], turn=depth, parent=linked.parent
     )
     return Trace(requests, linked.content, source=src)
