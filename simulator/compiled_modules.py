@@ -28,9 +28,17 @@ COMPILED_MODULES = (
     "simulator.engine.step_costs",
     "simulator.engine.server_state",
     "simulator.engine.clients",
+    "simulator.engine.intake",
+    "simulator.engine.failures",
+    "simulator.engine.overlap",
+    "simulator.engine.overlap_jump",
+    "simulator.engine.metrics",
     "simulator.radix.cache",
     "simulator.swa_window",
     "simulator.kv_allocator",
+    "simulator.request_kv",
+    "simulator.cost.roofline",
+    "simulator.cost.prefill_sums",
     "policies.swa_eviction",
 )
 

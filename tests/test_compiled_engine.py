@@ -141,4 +141,4 @@ def test_a_stale_build_loads_its_source(monkeypatch) -> None:
     monkeypatch.setenv("KVPLAN_REQUIRE_COMPILED", "1")
     with pytest.raises(ImportError, match="KVPLAN_REQUIRE_COMPILED"):
         finder.find_spec(name)
-    assert finder.find_spec("simulator.engine.metrics") is None  # not a compiled module
+    assert finder.find_spec("simulator.engine.config") is None  # not a compiled module
