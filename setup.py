@@ -1,19 +1,52 @@
-"""Build hook for the optional compiled radix-tree core (everything else is in pyproject.toml).
+"""Build hook for the optional compiled core (everything else is in pyproject.toml).
 
 ``simulator/radix/_core_*.pyx`` (nodes, the LRU leaf heap, the tree's base and the tree) are
-Cython; each is an optional extension: without Cython or numpy at build time it is left out, and
-without a C compiler the build warns and goes on, so ``pip install -e .`` always succeeds and
-kvplan runs its pure-Python tree (``simulator.radix.unified``). ``KVPLAN_PURE_PYTHON=1`` at build
-time skips the extensions too.
+Cython; the simulation loop's plain modules (``simulator.compiled_modules.COMPILED_MODULES``) are
+compiled from their ``.py`` as they are. Each is an optional extension: without Cython or numpy at
+build time it is left out, and without a C compiler the build warns and goes on, so
+``pip install -e .`` always succeeds and kvplan runs the pure-Python modules.
+``KVPLAN_PURE_PYTHON=1`` at build time skips the extensions too.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 CORE_MODULES = ("_core_node", "_core_heap", "_core_base", "_core_tree")
+# the plain modules compiled from their .py: Python's semantics for every untyped name, so no
+# annotation turns into a C type; no fused multiply-add where Cython infers a C double
+PLAIN_DIRECTIVES = dict(language_level=3, annotation_typing=False, binding=True)
+C_FLAGS = ["-O2", "-ffp-contract=off"]
+
+
+def compiled_modules():
+    """``simulator/compiled_modules.py``, loaded by path (the package may not be importable)."""
+    path = os.path.join(HERE, "simulator", "compiled_modules.py")
+    spec = importlib.util.spec_from_file_location("_kvplan_compiled_modules", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class RecordingBuildExt(build_ext):
+    """``build_ext`` that records the source hash of every plain module it built, so that a
+    build is loaded only while it matches its source (``simulator.compiled_modules``)."""
+
+    def run(self) -> None:
+        self._built: list[str] = []
+        super().run()
+        cm = compiled_modules()
+        if self.inplace or self.editable_mode:
+            cm.write_record(tuple(n for n in cm.COMPILED_MODULES if n in self._built))
+
+    def build_extension(self, ext) -> None:
+        super().build_extension(ext)  # raises (caught for optional ones) when it fails
+        self._built.append(ext.name)
 
 
 def core_extensions() -> list[Extension]:
@@ -37,9 +70,17 @@ def core_extensions() -> list[Extension]:
         for name in CORE_MODULES
     ]
     built = cythonize(exts, language_level=3, quiet=True)
+    cm = compiled_modules()
+    for name in cm.COMPILED_MODULES:
+        src = os.path.relpath(cm.source_path(name), HERE)
+        ext = Extension(name, [src], extra_compile_args=C_FLAGS, optional=True)
+        try:  # one module Cython cannot translate stays pure Python; the others still build
+            built += cythonize([ext], compiler_directives=PLAIN_DIRECTIVES, quiet=True)
+        except Exception as exc:  # noqa: BLE001 - Cython reports several error types
+            print(f"warning: {name} stays pure Python: Cython failed ({exc})")
     for ext in built:  # cythonize makes new Extensions and drops ``optional``
         ext.optional = True
     return built
 
 
-setup(ext_modules=core_extensions())
+setup(ext_modules=core_extensions(), cmdclass={"build_ext": RecordingBuildExt})

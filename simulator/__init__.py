@@ -9,6 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from simulator import compiled_modules as _compiled_modules
+
+_compiled_modules.install()  # the simulation loop's compiled modules, while built from their source
+
 __version__ = "0.1.0"
 
 __all__ = ["RunResult", "SimConfig", "run_config"]
