@@ -140,7 +140,9 @@ class OverlapJumpMixin:
     def _overlap_fast_forward(self, pending, plan: _Plan):
         """Stand for passes ``0 .. m-1`` at once (``m <= plan.k``), stopping early if a request
         arrives: the pass that would see it is the loop's. Returns the step left in flight as
-        ``(reqs, start, end)``."""
+        ``(reqs, start, end)``, or None when the jump also stood for pass ``m`` (a draining
+        batch: no request runs step ``m``, and pass ``m`` sees no arrival, so it launches
+        nothing and only processes step ``m - 1``)."""
         batch, R, n = plan.batch, plan.R, plan.n
         now = self.env.now
         start = pending.end
@@ -150,22 +152,26 @@ class OverlapJumpMixin:
             arrival = min(arrival, self.hicache.jump_deadline())
         segments, clock = self._price_jump(seqs, [x - 1 for x in n], plan.k, start, arrival, beyond=1)
         lag = _LaggedClock(clock, start)
-        m = clock.steps
+        m = seen = clock.steps
         if arrival < math.inf:  # the pass after the arrival's step in flight sees it
-            m = min(m, lag.in_flight(arrival) + 2)
-        finishing = [(x - 1, i) for i, x in enumerate(R) if x < m]
+            seen = lag.in_flight(arrival) + 2
+            m = min(m, seen)
+        # passes the jump stands for: m, or m + 1 when pass m only drains the batch
+        drain = m < seen and m > (pending.kind != "decode") and max(n) <= m and self.hicache is None
+        passes = m + 1 if drain else m
+        finishing = [(x - 1, i) for i, x in enumerate(R) if x < passes]
         chain = None
         if finishing:
             finishing.sort()
             chain = _FinishChain(self, batch, finishing, lag)
-            chain.limit = m - 1  # the finishes the jump's passes process
-        self._interrupt_before = lag.end(m - 3)  # an arrival later than that changes nothing
-        last_pass = lag.end(m - 2)  # when pass m - 1 processes step m - 2
+            chain.limit = passes - 1  # the finishes the jump's passes process
+        self._interrupt_before = lag.end(passes - 3)  # an arrival later than that changes nothing
+        last_pass = lag.end(passes - 2)  # when pass passes - 1 processes step passes - 2
         try:
             yield self.env.timeout(last_pass - now)
         except simpy.Interrupt:
             self._interrupt_before = -math.inf
-            m = min(m, lag.in_flight(self.env.now) + 2)
+            m = passes = min(m, lag.in_flight(self.env.now) + 2)
             if chain is not None:
                 chain.limit = m - 1
             last_pass = lag.end(m - 2)
@@ -174,10 +180,12 @@ class OverlapJumpMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        self._apply_overlap_jump(pending, plan, segments, lag, m)
-        self._overlap_jump_flags(plan, m)
+        self._apply_overlap_jump(pending, plan, segments, lag, m, passes)
+        self._overlap_jump_flags(plan, passes)
+        self.running = [r for r, x in zip(batch, R, strict=True) if x >= passes]
+        if passes > m:
+            return None
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
-        self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
         return left, last_pass, clock.end(m - 1)
 
     def _count_in_flight(self, pending) -> None:
@@ -209,8 +217,11 @@ class OverlapJumpMixin:
             r.num_outputs = o + g  # as step 1 sees it
         return step0
 
-    def _apply_overlap_jump(self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int) -> None:
-        """The cache side of passes ``0 .. m-1`` in their order: each step's allocations and
+    def _apply_overlap_jump(
+        self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int, passes: int
+    ) -> None:
+        """The cache side of passes ``0 .. passes-1`` in their order (steps ``0 .. m-1``; pass
+        ``m``, when ``passes`` is ``m + 1``, launches nothing): each step's allocations and
         window frees, the results a pass processes after launching its step; the records of the
         steps whose results those passes process (:class:`DecodeJump`), usage read as rule 8
         reads it (after the next step's launch and the pass's releases)."""
@@ -229,22 +240,24 @@ class OverlapJumpMixin:
             prev = sims[0]
         head = None
         if m > first:
-            head = self._jump_steps(plan, segments, sims, m, first, forward0, opens, frees, recorded, prev)
+            head = self._jump_steps(
+                plan, segments, sims, m, passes, first, forward0, opens, frees, recorded, prev
+            )
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
-            r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
+            r.num_outputs = o + g + min(x, passes - 1)  # the results processed: step -1 .. passes-2
         if head is not None:  # the in-flight step's record, read in pass 0
-            queue = len(self.waiting) if m == 1 else 0
+            queue = len(self.waiting) if passes == 1 else 0
             sims = [r.sim for r in pending.reqs]
             self.obs.on_decode_jump(one_step_record(pending.end, sims, head[0], head[1], p, queue))
-        if m > 1:
+        if passes > 1:
             # record j reads step j + 1's launch: the page events shift one step back
             lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
             shifted = [x - 1 for x in opens[lo:hi]]
             kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m]
             queue = len(self.waiting)
-            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, shifted, kept, recorded, queue))
+            self.obs.on_decode_jump(DecodeJump(lag.clock, passes - 1, p, shifted, kept, recorded, queue))
         self.forward_ct = forward0 + m
-        self.decode_steps += m - 1
+        self.decode_steps += passes - 1
         self.ratio.on_decode_steps(m)
 
     def _jump_steps(
@@ -253,6 +266,7 @@ class OverlapJumpMixin:
         segments: list,
         sims_of: list[list],
         m: int,
+        passes: int,
         first: int,
         forward0: int,
         opens: list[int],
@@ -260,8 +274,9 @@ class OverlapJumpMixin:
         recorded: list[JumpSegment],
         prev: list | None,
     ) -> tuple[int, int] | None:
-        """Passes ``first .. m-1``: steps ``first .. m-1`` and the releases of the finishes each
-        pass processes after launching its step. Extends ``opens`` / ``frees`` and ``recorded``
+        """Passes ``first .. passes-1``: steps ``first .. m-1`` and the releases of the finishes
+        each pass processes after launching its step (pass ``m``, if the jump stands for it,
+        launches nothing). Extends ``opens`` / ``frees`` and ``recorded``
         (records ``first - 1 .. m-2``, ``prev`` the batch of step ``first - 1``; None: the
         decode step in flight, whose ``#full`` / ``#swa token`` is returned instead)."""
         batch, R = plan.batch, plan.R
@@ -275,7 +290,7 @@ class OverlapJumpMixin:
             frees.extend((x + first, pages) for x, pages in bulk[3])
         releases: dict[int, list] = {}  # pass x releases after launching step x: seen from x + 1
         for r, x in zip(batch, R, strict=True):
-            if first <= x < m:
+            if first <= x < passes:
                 releases.setdefault(x + 1, []).append(r)
         cuts = sorted(releases)
         offset_full = offset_swa = 0
@@ -306,6 +321,10 @@ class OverlapJumpMixin:
                 offset_swa += moved[1]
                 stretches.append((u, v, sims, full_base, swa_base, moved))
                 u = v
+        if passes > m:  # pass m launches nothing: its record is step m - 1's, after its releases
+            full_base, swa_base = self.cache.used_tokens()
+            moved = self._release_processed(releases[m + 1]) if m + 1 in releases else (0, 0)
+            stretches.append((m, m + 1, [], full_base, swa_base, moved))
         return _records(stretches, prev, opens, frees, p, recorded)
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
@@ -320,16 +339,17 @@ class OverlapJumpMixin:
         after = cache.used_tokens()
         return after[0] - before[0], after[1] - before[1]
 
-    def _overlap_jump_flags(self, plan: _Plan, m: int) -> None:
+    def _overlap_jump_flags(self, plan: _Plan, passes: int) -> None:
         """``batch_is_full``, the left-request mark and the extra-slot count as passes
-        ``0 .. m-1`` leave them: the flag clears when a pass drops a request finishing by length
-        (``update_running_batch``), after a pass that released one, and every pass of a hybrid
-        model (``get_next_batch_to_run``); the mark says pass ``m - 1`` released one."""
-        extra = 0  # EOS finishers' extra slots, in the step after the last token (pass m-1's)
+        ``0 .. passes-1`` leave them: the flag clears when a pass drops a request finishing by
+        length (``update_running_batch``), after a pass that released one, and every pass of a
+        hybrid model (``get_next_batch_to_run``); the mark says the last pass released one."""
+        extra = 0  # EOS finishers' extra slots, in the step after the last token
         clear = left = False
+        last = passes - 1
         for x, k in zip(plan.R, plan.n, strict=True):
-            if x <= m - 1:
-                if x < m - 1:  # released by a pass before m - 1
+            if x <= last:
+                if x < last:  # released by a pass before the last
                     clear = True
                     extra += k > x
                 else:
@@ -337,7 +357,7 @@ class OverlapJumpMixin:
                 if k == x:  # dropped from the batch (finishing by length)
                     clear = True
         self.overlap_extra_slots += extra
-        if clear or (self.pools.hybrid and m > 1):
+        if clear or (self.pools.hybrid and passes > 1):
             self.batch_is_full = False
         self._req_left = left
 
