@@ -81,6 +81,16 @@ class _Plan:
         self.batch, self.outs, self.got, self.R, self.n, self.k = batch, outs, got, R, n, k
 
 
+def _steps_taken(x: int, eos: int) -> int | None:
+    """The steps of a jump a request with ``x`` tokens to come takes part in, ``eos`` being
+    ``max_new_tokens - output_len``: ``min(max(0, max_new - o - g), x + 1)``; None where
+    ``max_new_tokens`` lies below the output length."""
+    k = max(0, x + eos)
+    if k > x:
+        return x + 1
+    return x if k == x else None
+
+
 class OverlapJumpMixin:
     """The overlap loop's decode jump, a mixin of :class:`~simulator.engine.server.ServerModel`
     next to the plain loop's :class:`~simulator.engine.fast_forward.FastForwardMixin`."""
@@ -103,35 +113,40 @@ class OverlapJumpMixin:
         ):
             return None
         batch = list(self.running)  # the result processing edits the running list
-        live = {
-            id(r)
-            for r, gen in zip(pending.reqs, pending.gens, strict=True)
-            if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
-        }
-        if pending.kind == "decode" and len(live) != len(batch):
-            return None
-        outs, got, R, n = [], [], [], []
-        gots = 0
-        for r in batch:
-            o = r.num_outputs
-            g = 1 if id(r) in live else 0
-            x = r.output_len - o - g
-            # dropped at pass max_new - o - g (finishing by length), else in the batch until the
-            # pass that processes its finish: min(max(0, max_new - o - g), x + 1) steps
-            k = r.max_new_tokens - o - g
-            if k < 0:
-                k = 0
-            if k > x:
-                k = x + 1
-            elif k < x:
+        reqs = pending.reqs
+        outs = [r.num_outputs for r in batch]
+        gens = pending.gens
+        if (
+            pending.kind == "decode"
+            and reqs == batch
+            and all(
+                r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
+                for r, gen in zip(reqs, gens, strict=True)
+            )
+        ):  # every running request gets a token from the step in flight
+            got = [1] * len(batch)
+            R = [r.output_len - o - 1 for r, o in zip(batch, outs, strict=True)]
+        else:
+            live = {
+                id(r)
+                for r, gen in zip(reqs, gens, strict=True)
+                if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
+            }
+            if pending.kind == "decode" and len(live) != len(batch):
+                return None
+            got = [1 if id(r) in live else 0 for r in batch]
+            if sum(got) != len(live):
+                return None
+            R = [r.output_len - o - g for r, o, g in zip(batch, outs, got, strict=True)]
+        # dropped at pass max_new - o - g (finishing by length), else in the batch until the pass
+        # that processes its finish: min(max(0, max_new - o - g), x + 1) steps
+        eos = [r.max_new_tokens - r.output_len for r in batch]  # > 0: it may stop at EOS
+        if min(eos) >= 0 and min(R) >= 0:
+            n = [x + (e > 0) for x, e in zip(R, eos, strict=True)]
+        else:
+            n = [_steps_taken(x, e) for x, e in zip(R, eos, strict=True)]
+            if None in n:
                 return None  # max_new_tokens below the output length: step it as it comes
-            outs.append(o)
-            got.append(g)
-            R.append(x)
-            n.append(k)
-            gots += g
-        if gots != len(live):
-            return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
         if self.hicache is not None:  # no release before its last pass (hicache_steps)
             k = self.hicache.bound_overlap_jump(k, pending.kind, R)
@@ -285,9 +300,13 @@ class OverlapJumpMixin:
         ran = [max(0, min(x, m) - first) for x in plan.n]
         bulk = self._replay_jump(batch, seqs, ran, m - first, forward0 + first)
         before = len(opens)  # the pages opened before step ``first``
+        freed_by = None  # bulk: window frees at steps first .. u-1, by u
         if bulk is not None:
-            opens.extend(x + first for x in bulk[2])
-            frees.extend((x + first, pages) for x, pages in bulk[3])
+            opens.extend([x + first for x in bulk[2]] if first else bulk[2])
+            if bulk[3]:
+                later = [(x + first, pages) for x, pages in bulk[3]] if first else bulk[3]
+                frees.extend(later)
+                freed_by = _cumulative(later)
         releases: dict[int, list] = {}  # pass x releases after launching step x: seen from x + 1
         for r, x in zip(batch, R, strict=True):
             if first <= x < passes:
@@ -313,7 +332,7 @@ class OverlapJumpMixin:
                         r.num_outputs += v - u  # what the window policy reads at the next steps
                 else:
                     opened = bisect.bisect_left(opens, u) - before
-                    freed = sum(pages for x, pages in frees if first <= x < u) if frees else 0
+                    freed = 0 if freed_by is None else _freed_before(freed_by, u)
                     full_base = bulk[0] + offset_full + opened * p
                     swa_base = bulk[1] + offset_swa + (opened - freed) * p
                 moved = self._release_processed(releases[v]) if v in releases else (0, 0)
@@ -325,7 +344,10 @@ class OverlapJumpMixin:
             full_base, swa_base = self.cache.used_tokens()
             moved = self._release_processed(releases[m + 1]) if m + 1 in releases else (0, 0)
             stretches.append((m, m + 1, [], full_base, swa_base, moved))
-        return _records(stretches, prev, opens, frees, p, recorded)
+        free_at: dict[int, int] = {}  # SWA pages freed at each launch
+        for x, pages in frees:
+            free_at[x] = free_at.get(x, 0) + pages
+        return _records(stretches, prev, opens, free_at, p, recorded)
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
         """One pass's finishes, released in batch order in one free group (the clients heard
@@ -362,8 +384,25 @@ class OverlapJumpMixin:
         self._req_left = left
 
 
+def _cumulative(frees: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The steps of window frees, sorted, and the pages freed up to and including each."""
+    steps, total = [], []
+    acc = 0
+    for x, pages in sorted(frees):
+        acc += pages
+        steps.append(x)
+        total.append(acc)
+    return steps, total
+
+
+def _freed_before(freed_by: tuple[list[int], list[int]], u: int) -> int:
+    """Pages the window frees of :func:`_cumulative` freed before step ``u``."""
+    i = bisect.bisect_left(freed_by[0], u)
+    return freed_by[1][i - 1] if i else 0
+
+
 def _records(
-    stretches: list, prev: list | None, opens: list[int], frees: list[tuple[int, int]], p: int, out: list
+    stretches: list, prev: list | None, opens: list[int], free_at: dict[int, int], p: int, out: list
 ) -> tuple[int, int] | None:
     """Rule 8 under overlap (``process_batch_result_decode`` -> ``report_decode_stats``,
     batch_result_processor.py): step ``j``'s record reads usage in pass ``j + 1``, after step
@@ -378,7 +417,7 @@ def _records(
         last = v - 1 == u  # record u - 1 is the stretch's only one: it reads the releases
         if prev is None:  # record -1, the in-flight step: launch 0 plus pass 0's releases
             o = bisect.bisect_right(opens, 0) - bisect.bisect_left(opens, 0)
-            f = sum(pages for x, pages in frees if x == 0)
+            f = free_at.get(0, 0)
             head = (full + p * o + (rel_full if last else 0), swa + p * (o - f) + (rel_swa if last else 0))
         elif prev is sims:
             out.append(JumpSegment(u - 1, v - 1, sims, full, swa, rel_full, rel_swa))
@@ -387,7 +426,7 @@ def _records(
             out.append(JumpSegment(u - 1, u, prev, full, swa, *rel))
         if not last and (prev is None or prev is not sims):
             o = bisect.bisect_right(opens, u) - bisect.bisect_left(opens, u)
-            f = sum(pages for x, pages in frees if x == u)
+            f = free_at.get(u, 0)
             out.append(JumpSegment(u, v - 1, sims, full + p * o, swa + p * (o - f), rel_full, rel_swa))
         prev = sims
     return head
