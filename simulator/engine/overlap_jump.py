@@ -81,16 +81,6 @@ class _Plan:
         self.batch, self.outs, self.got, self.R, self.n, self.k = batch, outs, got, R, n, k
 
 
-def _steps_taken(x: int, eos: int) -> int | None:
-    """The steps of a jump a request with ``x`` tokens to come takes part in, ``eos`` being
-    ``max_new_tokens - output_len``: ``min(max(0, max_new - o - g), x + 1)``; None where
-    ``max_new_tokens`` lies below the output length."""
-    k = max(0, x + eos)
-    if k > x:
-        return x + 1
-    return x if k == x else None
-
-
 class OverlapJumpMixin:
     """The overlap loop's decode jump, a mixin of :class:`~simulator.engine.server.ServerModel`
     next to the plain loop's :class:`~simulator.engine.fast_forward.FastForwardMixin`."""
@@ -113,40 +103,35 @@ class OverlapJumpMixin:
         ):
             return None
         batch = list(self.running)  # the result processing edits the running list
-        reqs = pending.reqs
-        outs = [r.num_outputs for r in batch]
-        gens = pending.gens
-        if (
-            pending.kind == "decode"
-            and reqs == batch
-            and all(
-                r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
-                for r, gen in zip(reqs, gens, strict=True)
-            )
-        ):  # every running request gets a token from the step in flight
-            got = [1] * len(batch)
-            R = [r.output_len - o - 1 for r, o in zip(batch, outs, strict=True)]
-        else:
-            live = {
-                id(r)
-                for r, gen in zip(reqs, gens, strict=True)
-                if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
-            }
-            if pending.kind == "decode" and len(live) != len(batch):
-                return None
-            got = [1 if id(r) in live else 0 for r in batch]
-            if sum(got) != len(live):
-                return None
-            R = [r.output_len - o - g for r, o, g in zip(batch, outs, got, strict=True)]
-        # dropped at pass max_new - o - g (finishing by length), else in the batch until the pass
-        # that processes its finish: min(max(0, max_new - o - g), x + 1) steps
-        eos = [r.max_new_tokens - r.output_len for r in batch]  # > 0: it may stop at EOS
-        if min(eos) >= 0 and min(R) >= 0:
-            n = [x + (e > 0) for x, e in zip(R, eos, strict=True)]
-        else:
-            n = [_steps_taken(x, e) for x, e in zip(R, eos, strict=True)]
-            if None in n:
+        live = {
+            id(r)
+            for r, gen in zip(pending.reqs, pending.gens, strict=True)
+            if r.gen == gen and r.holds_kv and r.num_outputs < r.output_len
+        }
+        if pending.kind == "decode" and len(live) != len(batch):
+            return None
+        outs, got, R, n = [], [], [], []
+        gots = 0
+        for r in batch:
+            o = r.num_outputs
+            g = 1 if id(r) in live else 0
+            x = r.output_len - o - g
+            # dropped at pass max_new - o - g (finishing by length), else in the batch until the
+            # pass that processes its finish: min(max(0, max_new - o - g), x + 1) steps
+            k = r.max_new_tokens - o - g
+            if k < 0:
+                k = 0
+            if k > x:
+                k = x + 1
+            elif k < x:
                 return None  # max_new_tokens below the output length: step it as it comes
+            outs.append(o)
+            got.append(g)
+            R.append(x)
+            n.append(k)
+            gots += g
+        if gots != len(live):
+            return None
         k = min(self._quiet_span(batch, n), MAX_JUMP)
         if self.hicache is not None:  # no release before its last pass (hicache_steps)
             k = self.hicache.bound_overlap_jump(k, pending.kind, R)
@@ -253,9 +238,9 @@ class OverlapJumpMixin:
             _, _, opens, frees = self._prefill_pass_zero(pending, plan, segments[0][2])
             first, opens, frees = 1, list(opens), list(frees)
             prev = sims[0]
-        head = None
+        head = events = None
         if m > first:
-            head = self._jump_steps(
+            head, events = self._jump_steps(
                 plan, segments, sims, m, passes, first, forward0, opens, frees, recorded, prev
             )
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
@@ -266,9 +251,12 @@ class OverlapJumpMixin:
             self.obs.on_decode_jump(one_step_record(pending.end, sims, head[0], head[1], p, queue))
         if passes > 1:
             # record j reads step j + 1's launch: the page events shift one step back
-            lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
-            shifted = [x - 1 for x in opens[lo:hi]]
-            kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m]
+            if events is not None:  # replayed in bulk from launch 1: its steps are the records'
+                shifted, kept = events
+            else:
+                lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
+                shifted = [x - 1 for x in opens[lo:hi]]
+                kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m] if frees else []
             queue = len(self.waiting)
             self.obs.on_decode_jump(DecodeJump(lag.clock, passes - 1, p, shifted, kept, recorded, queue))
         self.forward_ct = forward0 + m
@@ -288,12 +276,14 @@ class OverlapJumpMixin:
         frees: list[tuple[int, int]],
         recorded: list[JumpSegment],
         prev: list | None,
-    ) -> tuple[int, int] | None:
+    ) -> tuple[tuple[int, int] | None, tuple | None]:
         """Passes ``first .. passes-1``: steps ``first .. m-1`` and the releases of the finishes
         each pass processes after launching its step (pass ``m``, if the jump stands for it,
         launches nothing). Extends ``opens`` / ``frees`` and ``recorded``
         (records ``first - 1 .. m-2``, ``prev`` the batch of step ``first - 1``; None: the
-        decode step in flight, whose ``#full`` / ``#swa token`` is returned instead)."""
+        decode step in flight, whose ``#full`` / ``#swa token`` is returned first). Returns
+        also, when steps ``1 .. m-1`` were replayed in bulk, their page opens and window frees
+        counted from step 1 (the records' own steps: record ``j`` reads launch ``j + 1``)."""
         batch, R = plan.batch, plan.R
         p = self.page_size
         seqs = [r.kv_allocated_len for r in batch]
@@ -347,7 +337,8 @@ class OverlapJumpMixin:
         free_at: dict[int, int] = {}  # SWA pages freed at each launch
         for x, pages in frees:
             free_at[x] = free_at.get(x, 0) + pages
-        return _records(stretches, prev, opens, free_at, p, recorded)
+        events = (bulk[2], bulk[3]) if bulk is not None and first == 1 else None
+        return _records(stretches, prev, opens, free_at, p, recorded), events
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
         """One pass's finishes, released in batch order in one free group (the clients heard
