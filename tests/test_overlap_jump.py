@@ -39,16 +39,19 @@ COUNTERS = (
 
 
 class _Counts:
-    """Counts jumps (by the kind of batch in flight) and short-memory decode skips."""
+    """Counts jumps (by the kind of batch in flight), the jumps that also stood for a draining
+    batch's last pass, and short-memory decode skips."""
 
     def __init__(self, monkeypatch) -> None:
         self.jumps = {"decode": 0, "prefill": 0}
+        self.drains = 0
         self.skips = 0
         apply, skip = ServerModel._apply_overlap_jump, ServerModel._skip_finishing_inflight
 
-        def counting_apply(server, pending, *args):
+        def counting_apply(server, pending, plan, segments, lag, m, passes):
             self.jumps[pending.kind] += 1
-            return apply(server, pending, *args)
+            self.drains += passes > m
+            return apply(server, pending, plan, segments, lag, m, passes)
 
         def counting_skip(server):
             out = skip(server)
@@ -225,6 +228,7 @@ def test_overlap_fast_forward_is_exact_on_the_bundled_trace(swa, think, chunk, m
         assert runs[0][0].counters()[key] == runs[1][0].counters()[key], key
     assert runs[0][0].counters()["evictions"]["calls"] > 0
     assert counts.jumps["decode"] >= 1 and counts.jumps["prefill"] >= 20, counts.jumps
+    assert counts.drains >= 1, counts.drains  # a draining batch's last pass inside the jump
     if chunk:
         assert (runs[0][1].frames()["prefill_batches"]["extend_tokens"] == chunk).sum() > 20
 

@@ -57,7 +57,11 @@ class OverlapMixin(OverlapJumpMixin):
             elif self.running:
                 plan = self._overlap_jump_plan(pending)
                 if plan is not None:  # passes of quiet decode steps at once
-                    reqs, t0, t1 = yield from self._overlap_fast_forward(pending, plan)
+                    left = yield from self._overlap_fast_forward(pending, plan)
+                    if left is None:  # the jump also drained the batch: nothing in flight
+                        pending = self.in_flight = None
+                        continue
+                    reqs, t0, t1 = left
                     pending = self.in_flight = _Launched("decode", reqs, [r.gen for r in reqs], t0, t1, ())
                     if self.hicache is not None:  # the last pass's flush_pending_backups
                         self.hicache.step_end(self.env.now, t1)

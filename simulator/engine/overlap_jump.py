@@ -140,7 +140,9 @@ class OverlapJumpMixin:
     def _overlap_fast_forward(self, pending, plan: _Plan):
         """Stand for passes ``0 .. m-1`` at once (``m <= plan.k``), stopping early if a request
         arrives: the pass that would see it is the loop's. Returns the step left in flight as
-        ``(reqs, start, end)``."""
+        ``(reqs, start, end)``, or None when the jump also stood for pass ``m`` (a draining
+        batch: no request runs step ``m``, and pass ``m`` sees no arrival, so it launches
+        nothing and only processes step ``m - 1``)."""
         batch, R, n = plan.batch, plan.R, plan.n
         now = self.env.now
         start = pending.end
@@ -150,22 +152,26 @@ class OverlapJumpMixin:
             arrival = min(arrival, self.hicache.jump_deadline())
         segments, clock = self._price_jump(seqs, [x - 1 for x in n], plan.k, start, arrival, beyond=1)
         lag = _LaggedClock(clock, start)
-        m = clock.steps
+        m = seen = clock.steps
         if arrival < math.inf:  # the pass after the arrival's step in flight sees it
-            m = min(m, lag.in_flight(arrival) + 2)
-        finishing = [(x - 1, i) for i, x in enumerate(R) if x < m]
+            seen = lag.in_flight(arrival) + 2
+            m = min(m, seen)
+        # passes the jump stands for: m, or m + 1 when pass m only drains the batch
+        drain = m < seen and m > (pending.kind != "decode") and max(n) <= m and self.hicache is None
+        passes = m + 1 if drain else m
+        finishing = [(x - 1, i) for i, x in enumerate(R) if x < passes]
         chain = None
         if finishing:
             finishing.sort()
             chain = _FinishChain(self, batch, finishing, lag)
-            chain.limit = m - 1  # the finishes the jump's passes process
-        self._interrupt_before = lag.end(m - 3)  # an arrival later than that changes nothing
-        last_pass = lag.end(m - 2)  # when pass m - 1 processes step m - 2
+            chain.limit = passes - 1  # the finishes the jump's passes process
+        self._interrupt_before = lag.end(passes - 3)  # an arrival later than that changes nothing
+        last_pass = lag.end(passes - 2)  # when pass passes - 1 processes step passes - 2
         try:
             yield self.env.timeout(last_pass - now)
         except simpy.Interrupt:
             self._interrupt_before = -math.inf
-            m = min(m, lag.in_flight(self.env.now) + 2)
+            m = passes = min(m, lag.in_flight(self.env.now) + 2)
             if chain is not None:
                 chain.limit = m - 1
             last_pass = lag.end(m - 2)
@@ -174,10 +180,12 @@ class OverlapJumpMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        self._apply_overlap_jump(pending, plan, segments, lag, m)
-        self._overlap_jump_flags(plan, m)
+        self._apply_overlap_jump(pending, plan, segments, lag, m, passes)
+        self._overlap_jump_flags(plan, passes)
+        self.running = [r for r, x in zip(batch, R, strict=True) if x >= passes]
+        if passes > m:
+            return None
         left = [r for r, x in zip(batch, n, strict=True) if x >= m]  # in step m - 1
-        self.running = [r for r, x in zip(batch, R, strict=True) if x >= m]
         return left, last_pass, clock.end(m - 1)
 
     def _count_in_flight(self, pending) -> None:
@@ -209,8 +217,11 @@ class OverlapJumpMixin:
             r.num_outputs = o + g  # as step 1 sees it
         return step0
 
-    def _apply_overlap_jump(self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int) -> None:
-        """The cache side of passes ``0 .. m-1`` in their order: each step's allocations and
+    def _apply_overlap_jump(
+        self, pending, plan: _Plan, segments: list, lag: _LaggedClock, m: int, passes: int
+    ) -> None:
+        """The cache side of passes ``0 .. passes-1`` in their order (steps ``0 .. m-1``; pass
+        ``m``, when ``passes`` is ``m + 1``, launches nothing): each step's allocations and
         window frees, the results a pass processes after launching its step; the records of the
         steps whose results those passes process (:class:`DecodeJump`), usage read as rule 8
         reads it (after the next step's launch and the pass's releases)."""
@@ -227,24 +238,29 @@ class OverlapJumpMixin:
             _, _, opens, frees = self._prefill_pass_zero(pending, plan, segments[0][2])
             first, opens, frees = 1, list(opens), list(frees)
             prev = sims[0]
-        head = None
+        head = events = None
         if m > first:
-            head = self._jump_steps(plan, segments, sims, m, first, forward0, opens, frees, recorded, prev)
+            head, events = self._jump_steps(
+                plan, segments, sims, m, passes, first, forward0, opens, frees, recorded, prev
+            )
         for r, o, g, x in zip(batch, plan.outs, plan.got, R, strict=True):
-            r.num_outputs = o + g + min(x, m - 1)  # the results processed: step -1 .. m-2
+            r.num_outputs = o + g + min(x, passes - 1)  # the results processed: step -1 .. passes-2
         if head is not None:  # the in-flight step's record, read in pass 0
-            queue = len(self.waiting) if m == 1 else 0
+            queue = len(self.waiting) if passes == 1 else 0
             sims = [r.sim for r in pending.reqs]
             self.obs.on_decode_jump(one_step_record(pending.end, sims, head[0], head[1], p, queue))
-        if m > 1:
+        if passes > 1:
             # record j reads step j + 1's launch: the page events shift one step back
-            lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
-            shifted = [x - 1 for x in opens[lo:hi]]
-            kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m]
+            if events is not None:  # replayed in bulk from launch 1: its steps are the records'
+                shifted, kept = events
+            else:
+                lo, hi = bisect.bisect_left(opens, 1), bisect.bisect_left(opens, m)
+                shifted = [x - 1 for x in opens[lo:hi]]
+                kept = [(x - 1, pages) for x, pages in frees if 1 <= x < m] if frees else []
             queue = len(self.waiting)
-            self.obs.on_decode_jump(DecodeJump(lag.clock, m - 1, p, shifted, kept, recorded, queue))
+            self.obs.on_decode_jump(DecodeJump(lag.clock, passes - 1, p, shifted, kept, recorded, queue))
         self.forward_ct = forward0 + m
-        self.decode_steps += m - 1
+        self.decode_steps += passes - 1
         self.ratio.on_decode_steps(m)
 
     def _jump_steps(
@@ -253,29 +269,37 @@ class OverlapJumpMixin:
         segments: list,
         sims_of: list[list],
         m: int,
+        passes: int,
         first: int,
         forward0: int,
         opens: list[int],
         frees: list[tuple[int, int]],
         recorded: list[JumpSegment],
         prev: list | None,
-    ) -> tuple[int, int] | None:
-        """Passes ``first .. m-1``: steps ``first .. m-1`` and the releases of the finishes each
-        pass processes after launching its step. Extends ``opens`` / ``frees`` and ``recorded``
+    ) -> tuple[tuple[int, int] | None, tuple | None]:
+        """Passes ``first .. passes-1``: steps ``first .. m-1`` and the releases of the finishes
+        each pass processes after launching its step (pass ``m``, if the jump stands for it,
+        launches nothing). Extends ``opens`` / ``frees`` and ``recorded``
         (records ``first - 1 .. m-2``, ``prev`` the batch of step ``first - 1``; None: the
-        decode step in flight, whose ``#full`` / ``#swa token`` is returned instead)."""
+        decode step in flight, whose ``#full`` / ``#swa token`` is returned first). Returns
+        also, when steps ``1 .. m-1`` were replayed in bulk, their page opens and window frees
+        counted from step 1 (the records' own steps: record ``j`` reads launch ``j + 1``)."""
         batch, R = plan.batch, plan.R
         p = self.page_size
         seqs = [r.kv_allocated_len for r in batch]
         ran = [max(0, min(x, m) - first) for x in plan.n]
         bulk = self._replay_jump(batch, seqs, ran, m - first, forward0 + first)
         before = len(opens)  # the pages opened before step ``first``
+        freed_by = None  # bulk: window frees at steps first .. u-1, by u
         if bulk is not None:
-            opens.extend(x + first for x in bulk[2])
-            frees.extend((x + first, pages) for x, pages in bulk[3])
+            opens.extend([x + first for x in bulk[2]] if first else bulk[2])
+            if bulk[3]:
+                later = [(x + first, pages) for x, pages in bulk[3]] if first else bulk[3]
+                frees.extend(later)
+                freed_by = _cumulative(later)
         releases: dict[int, list] = {}  # pass x releases after launching step x: seen from x + 1
         for r, x in zip(batch, R, strict=True):
-            if first <= x < m:
+            if first <= x < passes:
                 releases.setdefault(x + 1, []).append(r)
         cuts = sorted(releases)
         offset_full = offset_swa = 0
@@ -298,7 +322,7 @@ class OverlapJumpMixin:
                         r.num_outputs += v - u  # what the window policy reads at the next steps
                 else:
                     opened = bisect.bisect_left(opens, u) - before
-                    freed = sum(pages for x, pages in frees if first <= x < u) if frees else 0
+                    freed = 0 if freed_by is None else _freed_before(freed_by, u)
                     full_base = bulk[0] + offset_full + opened * p
                     swa_base = bulk[1] + offset_swa + (opened - freed) * p
                 moved = self._release_processed(releases[v]) if v in releases else (0, 0)
@@ -306,7 +330,15 @@ class OverlapJumpMixin:
                 offset_swa += moved[1]
                 stretches.append((u, v, sims, full_base, swa_base, moved))
                 u = v
-        return _records(stretches, prev, opens, frees, p, recorded)
+        if passes > m:  # pass m launches nothing: its record is step m - 1's, after its releases
+            full_base, swa_base = self.cache.used_tokens()
+            moved = self._release_processed(releases[m + 1]) if m + 1 in releases else (0, 0)
+            stretches.append((m, m + 1, [], full_base, swa_base, moved))
+        free_at: dict[int, int] = {}  # SWA pages freed at each launch
+        for x, pages in frees:
+            free_at[x] = free_at.get(x, 0) + pages
+        events = (bulk[2], bulk[3]) if bulk is not None and first == 1 else None
+        return _records(stretches, prev, opens, free_at, p, recorded), events
 
     def _release_processed(self, reqs: list[ServerReq]) -> tuple[int, int]:
         """One pass's finishes, released in batch order in one free group (the clients heard
@@ -320,16 +352,17 @@ class OverlapJumpMixin:
         after = cache.used_tokens()
         return after[0] - before[0], after[1] - before[1]
 
-    def _overlap_jump_flags(self, plan: _Plan, m: int) -> None:
+    def _overlap_jump_flags(self, plan: _Plan, passes: int) -> None:
         """``batch_is_full``, the left-request mark and the extra-slot count as passes
-        ``0 .. m-1`` leave them: the flag clears when a pass drops a request finishing by length
-        (``update_running_batch``), after a pass that released one, and every pass of a hybrid
-        model (``get_next_batch_to_run``); the mark says pass ``m - 1`` released one."""
-        extra = 0  # EOS finishers' extra slots, in the step after the last token (pass m-1's)
+        ``0 .. passes-1`` leave them: the flag clears when a pass drops a request finishing by
+        length (``update_running_batch``), after a pass that released one, and every pass of a
+        hybrid model (``get_next_batch_to_run``); the mark says the last pass released one."""
+        extra = 0  # EOS finishers' extra slots, in the step after the last token
         clear = left = False
+        last = passes - 1
         for x, k in zip(plan.R, plan.n, strict=True):
-            if x <= m - 1:
-                if x < m - 1:  # released by a pass before m - 1
+            if x <= last:
+                if x < last:  # released by a pass before the last
                     clear = True
                     extra += k > x
                 else:
@@ -337,13 +370,30 @@ class OverlapJumpMixin:
                 if k == x:  # dropped from the batch (finishing by length)
                     clear = True
         self.overlap_extra_slots += extra
-        if clear or (self.pools.hybrid and m > 1):
+        if clear or (self.pools.hybrid and passes > 1):
             self.batch_is_full = False
         self._req_left = left
 
 
+def _cumulative(frees: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The steps of window frees, sorted, and the pages freed up to and including each."""
+    steps, total = [], []
+    acc = 0
+    for x, pages in sorted(frees):
+        acc += pages
+        steps.append(x)
+        total.append(acc)
+    return steps, total
+
+
+def _freed_before(freed_by: tuple[list[int], list[int]], u: int) -> int:
+    """Pages the window frees of :func:`_cumulative` freed before step ``u``."""
+    i = bisect.bisect_left(freed_by[0], u)
+    return freed_by[1][i - 1] if i else 0
+
+
 def _records(
-    stretches: list, prev: list | None, opens: list[int], frees: list[tuple[int, int]], p: int, out: list
+    stretches: list, prev: list | None, opens: list[int], free_at: dict[int, int], p: int, out: list
 ) -> tuple[int, int] | None:
     """Rule 8 under overlap (``process_batch_result_decode`` -> ``report_decode_stats``,
     batch_result_processor.py): step ``j``'s record reads usage in pass ``j + 1``, after step
@@ -358,7 +408,7 @@ def _records(
         last = v - 1 == u  # record u - 1 is the stretch's only one: it reads the releases
         if prev is None:  # record -1, the in-flight step: launch 0 plus pass 0's releases
             o = bisect.bisect_right(opens, 0) - bisect.bisect_left(opens, 0)
-            f = sum(pages for x, pages in frees if x == 0)
+            f = free_at.get(0, 0)
             head = (full + p * o + (rel_full if last else 0), swa + p * (o - f) + (rel_swa if last else 0))
         elif prev is sims:
             out.append(JumpSegment(u - 1, v - 1, sims, full, swa, rel_full, rel_swa))
@@ -367,7 +417,7 @@ def _records(
             out.append(JumpSegment(u - 1, u, prev, full, swa, *rel))
         if not last and (prev is None or prev is not sims):
             o = bisect.bisect_right(opens, u) - bisect.bisect_left(opens, u)
-            f = sum(pages for x, pages in frees if x == u)
+            f = free_at.get(u, 0)
             out.append(JumpSegment(u, v - 1, sims, full + p * o, swa + p * (o - f), rel_full, rel_swa))
         prev = sims
     return head
