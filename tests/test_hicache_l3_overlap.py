@@ -80,7 +80,7 @@ def _serve(setup, requests, pools, cost, overlap: bool, on_pass=None, **cfg):
     return server, rec.report_frames(), rec.report_summary()["hicache"]
 
 
-def _prefetch_scenario(overlap: bool, **cfg):
+def _prefetch_scenario(overlap: bool, policy: str = "wait_complete", **cfg):
     a = list(range(1000, 1030))
     requests = [
         (0.0, _req("a", a, 480)),
@@ -89,7 +89,7 @@ def _prefetch_scenario(overlap: bool, **cfg):
         (2.5, _req("z", list(range(9500, 9515)), 32, out=200)),
         (3.0, _req("d", a + list(range(7000, 7010)), 640)),
     ]
-    return _serve(_setup("wait_complete"), requests, WIDE, FixedDecode(), overlap, **cfg)
+    return _serve(_setup(policy), requests, WIDE, FixedDecode(), overlap, **cfg)
 
 
 def _first_at_or_after(times: np.ndarray, t: float) -> float:
@@ -129,6 +129,25 @@ def test_prefetch_is_seen_at_pass_starts_and_its_load_waits_for_the_forward(over
     passes = np.r_[ends, frames["prefill_batches"].t_end_s.to_numpy(), [0.0, 1.0, 2.0, 2.5, 3.0]]
     for r in transfers[transfers.direction.isin(["h2l3", "l32h"])].itertuples():
         assert np.isclose(passes, r.ack_s, atol=1e-12).any() and r.ack_s >= r.done_s
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_timeout_is_polled_at_pass_starts(overlap):
+    """``timeout``: the deadline (0.05 s + 39 pages x 16 / 1024 x 0.1 s from the first blocked
+    poll P0) passes while the read runs; the first pass strictly after it terminates the
+    prefetch and admits D without it (plain: prefill at that pass; overlap: behind the step in
+    flight)."""
+    _, frames, h = _prefetch_scenario(overlap, "timeout", check_invariants=True)
+    ends = np.sort(frames["decode_steps"].time_s.to_numpy())
+    p0 = _first_at_or_after(ends, 3.0)
+    deadline = p0 + 0.05 + 39 * (16 / 1024 * 0.1)
+    admit = float(ends[np.searchsorted(ends, deadline, side="right")])
+    pf = frames["hicache_prefetches"].set_index("rid").loc["d"]
+    assert pf.outcome == "timed_out" and pf.wait_start_s == pytest.approx(p0, abs=1e-12)
+    assert pf.released_s == pytest.approx(admit, abs=1e-12)
+    prefill = frames["prefill_batches"].iloc[-1]
+    assert prefill.t_start_s == pytest.approx(admit + STEP if overlap else admit, abs=1e-12)
+    assert h["cached_tokens_storage"] == 0 and h["prefetch_outcomes"]["timed_out"] == 1
 
 
 def _write_back_setup():
@@ -182,15 +201,21 @@ def _assert_same(a: tuple, b: tuple) -> None:
 @pytest.mark.parametrize("overlap", [True, False])
 def test_jumps_with_l3_match_stepping(overlap, monkeypatch):
     """Fast-forwarded and stepped runs agree on every frame and figure: the prefetch scenario
-    (jumps end before storage completions: Z's checkpoint backup to L3, D's hit query and read)
-    and the write_back scenario (jumps end before a step could evict; without that, the
-    evictions' L3 backups would be dated at the jump's end)."""
-    for scenario in (_prefetch_scenario, _write_back_scenario):
-        stepped = scenario(overlap, fast_forward=False)
+    (jumps end before storage completions: Z's checkpoint backup to L3, D's hit query and read;
+    with ``timeout``, before the deadline and before the next event check after the timed-out
+    read's completion, which frees its host slots) and the write_back scenario (jumps end
+    before a step could evict; without that, the evictions' L3 backups would be dated at the
+    jump's end)."""
+    for scenario, args in (
+        (_prefetch_scenario, ()),
+        (_prefetch_scenario, ("timeout",)),
+        (_write_back_scenario, ()),
+    ):
+        stepped = scenario(overlap, *args, fast_forward=False)
         jumps = _Jumps(monkeypatch)
-        fast = scenario(overlap)
+        fast = scenario(overlap, *args)
         monkeypatch.undo()
-        assert jumps.n >= 3, scenario.__name__
+        assert jumps.n >= 3, (scenario.__name__, args)
         _assert_same(stepped, fast)
         assert fast[2]["h2l3_ops"] >= 2
 
