@@ -127,12 +127,12 @@ class L3Steps(HiCacheSteps):
     def _no_eviction(self, k: int, bs: int) -> int:
         """Under write_back a device eviction backs the leaf up and acknowledges it at once
         (``unified_radix_cache.py`` ``writing_check(write_back=True)``), and the ack queues its
-        L3 backup (``write_backup_storage``), which the backup thread takes up from the end of
-        the step that evicted. A jump applies its steps' evictions together at its end, so it
-        could not date that backup: under write_back a jump stops while free pages (not
-        evictable) still cover every step's new pages with a batch to spare, the condition
-        under which ``fast_forward.py`` ``_replay_jump`` applies a jump without eviction (a
-        request opens at most ``ceil(k / page)`` pages in ``k`` steps)."""
+        L3 backup (``write_backup_storage``), which the backup thread takes up from the start
+        of the pass that evicted (:meth:`step_end`). A jump applies its steps' evictions after
+        its clock has moved, so it could not date that backup: under write_back a jump stops
+        while free pages (not evictable) still cover every step's new pages with a batch to
+        spare, the condition under which ``fast_forward.py`` ``_replay_jump`` applies a jump
+        without eviction (a request opens at most ``ceil(k / page)`` pages in ``k`` steps)."""
         if k <= 1 or bs == 0 or self.setup.resolved.write_policy != "write_back":
             return k
         free = min(self.cache.free_pages())
