@@ -16,6 +16,17 @@ termination policy) and takes its L3-loaded span (``pop_prefetch_loaded_span``) 
 
 kvplan issues the prefetches of the requests that arrived during a step at the next step's
 start, before the event check, as SGLang ingests requests at the top of its loop.
+
+Both scheduler loops serve it. ``event_loop_overlap`` (``managers/scheduler.py``) makes the same
+calls in the same order as ``event_loop_normal``: ``ingest_requests`` (the prefetches), then
+``get_next_batch_to_run`` -> ``_process_hicache_events`` -> ``check_hicache_events`` (the
+storage drain, ``writing_check`` / ``loading_check``), then the admission gate. It differs only
+in when a pass starts (when the batch in flight ends, not after its results are processed) and
+in the copy streams' fence behind the forward in flight (:class:`HiCacheSteps`). The storage
+threads (``cache_controller.py`` ``prefetch_thread_func``, ``prefetch_io_aux_func``;
+``hybrid_cache_controller.py`` ``backup_thread_func``) move host memory to and from storage
+only, so they wait for no forward: their work is timed as in the plain loop and is seen at the
+first pass start at or after its completion.
 """
 
 from __future__ import annotations
@@ -39,8 +50,6 @@ def check_l3_config(cfg: Any, resolved: Any) -> None:
             "--hicache-host-memory-mode buffer_only in served runs: kvplan serves the L3 tier in cache "
             "mode only (the host pool is a resident L2 tier)"
         )
-    if not cfg.disable_overlap_schedule:
-        raise ConfigError("--enable-overlap-schedule with an L3 tier is not modelled; drop one of them")
 
 
 class L3Steps(HiCacheSteps):
@@ -64,7 +73,8 @@ class L3Steps(HiCacheSteps):
     def step_start(self, now: float, fence: float = 0.0) -> None:
         """Issue the arrivals' prefetches, then ``check_hicache_events`` every step (the
         storage threads' due work, the L2 acks, the storage drain); ``fence`` as in
-        :meth:`HiCacheSteps.step_start` (L3 is refused under the overlap loop, so 0 today)."""
+        :meth:`HiCacheSteps.step_start` (overlap: the backups' copy waits for the forward in
+        flight; the storage threads do not)."""
         st, cache = self.l3, self.cache
         st.now_s = now
         if self._arrivals:
@@ -89,13 +99,44 @@ class L3Steps(HiCacheSteps):
         self._sample(now)
 
     def step_end(self, now: float, fence: float = 0.0) -> None:
-        self.l3.now_s = now
+        """``flush_pending_backups``. The storage work queued during the pass (the L3 backups
+        of write_back's synchronous acks, at the evictions of its admission and allocations)
+        is dated at the pass's start, when those ran: SGLang's backup thread takes it up at
+        once (``hybrid_cache_controller.py`` ``backup_thread_func``), not when the batch ends."""
+        st = self.l3
+        st.stamp(st.now_s)
+        st.now_s = now
         super().step_end(now, fence)
-        self.l3.stamp(now)  # work queued inside the step (write_back's synchronous acks)
+        st.stamp(now)
 
     def next_completion(self) -> float:
         """The next L2 completion, storage-thread completion or prefetch deadline."""
         return min(super().next_completion(), self.l3.next_event())
+
+    def bound_jump(self, k: int, running: list) -> int:
+        """:meth:`HiCacheSteps.bound_jump`, and under write_back no step that could evict
+        (:meth:`_no_eviction`)."""
+        return self._no_eviction(super().bound_jump(k, running), len(running))
+
+    def bound_overlap_jump(self, k: int, in_flight: str, finish_passes: list[int]) -> int:
+        """:meth:`HiCacheSteps.bound_overlap_jump` (one finish pass per request of the batch),
+        and under write_back no step that could evict (:meth:`_no_eviction`)."""
+        k = super().bound_overlap_jump(k, in_flight, finish_passes)
+        return self._no_eviction(k, len(finish_passes))
+
+    def _no_eviction(self, k: int, bs: int) -> int:
+        """Under write_back a device eviction backs the leaf up and acknowledges it at once
+        (``unified_radix_cache.py`` ``writing_check(write_back=True)``), and the ack queues its
+        L3 backup (``write_backup_storage``), which the backup thread takes up from the start
+        of the pass that evicted (:meth:`step_end`). A jump applies its steps' evictions after
+        its clock has moved, so it could not date that backup: under write_back a jump stops
+        while free pages (not evictable) still cover every step's new pages with a batch to
+        spare, the condition under which ``fast_forward.py`` ``_replay_jump`` applies a jump
+        without eviction (a request opens at most ``ceil(k / page)`` pages in ``k`` steps)."""
+        if k <= 1 or bs == 0 or self.setup.resolved.write_policy != "write_back":
+            return k
+        free = min(self.cache.free_pages())
+        return max(0, min(k, self.l3.page_size * (free // bs - 1)))
 
     def storage_ready(self, req: Any) -> bool:
         """The storage gate of the admission loop: False while the request must wait for its

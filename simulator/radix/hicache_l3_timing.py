@@ -149,13 +149,18 @@ class TimedStorageController(StorageController):
         return done
 
     def next_event(self) -> float:
-        """The next time a storage thread completes something or a ``timeout`` deadline passes
-        (an admission poll strictly after it terminates the prefetch)."""
+        """The next time a storage thread completes something, a ``timeout`` deadline passes
+        (an admission poll strictly after it terminates the prefetch) or queued host-slot
+        releases wait for the next event check."""
         t = min(
             self._head_done(self.prefetch_queue, "query"),
             self._head_done(self.backup_queue, "backup"),
             self._io_wait,
         )
+        if self.release_full or self.release_swa:
+            # host slots queued for release by the last drain are freed by the next one
+            # (``_drain_storage_control_queues_impl`` releases what it sampled first): due now
+            t = min(t, self.now_s)
         for op in self.ongoing_prefetch.values():
             if not op.terminated:
                 d = self.policy.deadline_s(op.progress)
