@@ -196,3 +196,30 @@ def test_a_request_seen_only_at_its_finish_gets_a_row():
     assert cols["rid"] == ["x"] and cols["latency_s"].tolist() == [2.0]
     empty = Recorder()._request_columns()
     assert len(empty["arrival_s"]) == 0 and empty["arrival_s"].dtype == np.float64
+
+
+@pytest.mark.parametrize("rate", [None, 5.0], ids=["sequential", "open-loop"])
+def test_a_finished_request_is_freed_while_the_run_goes_on(tmp_path, rate):
+    """A run holds a request only until it finished: when the run ends (before ``simulate``
+    returns) only the requests of the server's last batch are left (the recorder, the
+    clients and ``simulate`` let go of the others). Before, ``simulate`` kept all of them."""
+    from test_engine_bad_input import _tokens_trace
+
+    from simulator.engine.simulate import simulate
+    from traces import load_trace
+
+    n = 12
+    trace = load_trace(_tokens_trace(tmp_path, [100 + 50 * (i % 5) for i in range(n)]))
+    cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, request_rate=rate)
+    alive_at_end: list[set[str]] = []
+
+    class Counting(Recorder):
+        def on_end(self, t, counters):
+            super().on_end(t, counters)
+            gc.collect()
+            alive_at_end.append({o.rid for o in gc.get_objects() if isinstance(o, SimRequest)})
+
+    rec = Counting.from_config(cfg)
+    simulate(trace, cfg, rec)
+    assert len(alive_at_end[0]) <= 3 and "r0" not in alive_at_end[0]
+    assert rec.summary()["requests"] == n

@@ -252,6 +252,7 @@ def _open_loop(
 ) -> Generator[simpy.Event, Any, ClientStats]:
     own, waits = open_loop_schedule(trace, cfg)
     parent = trace.requests["parent"].to_numpy(np.int64)
+    reqs = list(reqs)  # its own list, a slot cleared once sent: a finished request can be freed
     stats = ClientStats("open", len(reqs), start_s=env.now)
     tracker = _Tracker(env, stats)
     think = cfg.think_time_s
@@ -261,7 +262,8 @@ def _open_loop(
     t0 = env.now
 
     def submit(i: int) -> None:
-        done = tracker.send(server, reqs[i])
+        req, reqs[i] = reqs[i], None
+        done = tracker.send(server, req)
         kids = children.get(i)
         if kids:
             done.callbacks.append(lambda _ev, kids=kids: release(kids))
