@@ -223,3 +223,23 @@ def test_a_finished_request_is_freed_while_the_run_goes_on(tmp_path, rate):
     simulate(trace, cfg, rec)
     assert len(alive_at_end[0]) <= 3 and "r0" not in alive_at_end[0]
     assert rec.summary()["requests"] == n
+
+
+def test_prefill_chunks_are_joined_only_for_the_frame(monkeypatch):
+    """The summary does not join the packed prefill batches (about 110 MiB on the
+    1,000,000-request trace, on top of the run's memory); the frame joins them when built and
+    equals the rows as recorded."""
+    from simulator.engine import metrics
+
+    monkeypatch.setattr(metrics, "_PREFILL_PACK", 5)
+    rec = Recorder()
+    _serve(_varied(200, seed=7), WaitingQueue(), SimConfig(), observer=rec)
+    cols = rec.columns()
+    rec.report_summary(columns=cols)
+    assert len(cols.prefill_chunks) > 3 and "prefill_rows" not in vars(cols)
+    frame = rec.frames()["prefill_batches"]
+    rows = np.concatenate(cols.prefill_chunks)
+    assert len(frame) == len(rows) == rec.summary()["prefill_batches"]
+    np.testing.assert_array_equal(frame["t_end_s"].to_numpy(), rows[:, 1])
+    full = rows[:, metrics._PREFILL_NAMES.index("full_token")]
+    np.testing.assert_array_equal(frame["full_token_usage"].to_numpy(), full / POOLS.full_tokens)

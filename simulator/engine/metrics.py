@@ -389,20 +389,15 @@ class Recorder(ServerObserver):
         reads, and what the frames are built from when someone asks for them."""
         from simulator.engine.frames import RunColumns
 
-        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
-        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
-        # keep the one array (its chunks freed before the request columns are built)
-        self._prefill_packed, self._prefill, self._n_prefill_packed = [rows], [], len(rows)
-        used = {c: rows[:, _PREFILL_NAMES.index(c)].astype(np.int64).astype(np.float64) for c in _USED}
+        if self._prefill:
+            self._pack_prefill()
+        cap = self.capacity
         return RunColumns(
             requests=self._request_columns(),
             decode_steps=self._decode_columns(),
             decode_empty=not self._d_chunks,
-            prefill_rows=rows,
-            prefill_usage=(
-                self._usage(used["full_token"], "full_tokens"),
-                self._usage(used["swa_token"], "swa_tokens"),
-            ),
+            prefill_chunks=tuple(self._prefill_packed),
+            capacity=(cap.full_tokens, cap.swa_tokens) if cap else (0, 0),
             retractions=list(self._retract),
         )
 
@@ -529,7 +524,6 @@ class Recorder(ServerObserver):
 
 _PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
 _PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
-_USED = ("full_token", "swa_token")
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 _DECODE_PACK = 1 << 14  # stepwise decode records (or per-call constants) kept before packing
 
