@@ -13,6 +13,7 @@ their objects when the columns are built, exactly as every request was before.
 
 from __future__ import annotations
 
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -111,7 +112,9 @@ class RequestRows:
 
     def _pack(self) -> None:
         """Scatter the finished rows into the columns (grown to hold every row seen)."""
-        rows = np.array(self._rows, dtype=np.float64).reshape(-1, 1 + len(NUMERIC))
+        width = 1 + len(NUMERIC)
+        rows = np.fromiter(chain.from_iterable(self._rows), np.float64, width * len(self._rows))
+        rows = rows.reshape(-1, width)
         self._rows = []
         self._grow(len(self.rid))
         at = rows[:, 0].astype(np.int64)
