@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -197,13 +197,14 @@ class _Tracker:
         self.all_done = env.event()
         if stats.total == 0:
             self.all_done.succeed()
+        self._done_cb = self._done  # one bound method for every request, not one each
 
     def send(self, server: Server, req: SimRequest) -> simpy.Event:
         req.arrival_s = self.env.now
         self.stats.submitted += 1
         self.stats.heartbeats += int(req.heartbeat)
         done = server.submit(req)
-        done.callbacks.append(self._done)
+        done.callbacks.append(self._done_cb)
         return done
 
     def _done(self, _event: simpy.Event) -> None:
@@ -250,6 +251,7 @@ def _open_loop(
 ) -> Generator[simpy.Event, Any, ClientStats]:
     own, waits = open_loop_schedule(trace, cfg)
     parent = trace.column("parent", np.int64)
+    reqs = list(reqs)  # its own list, a slot cleared once sent: a finished request can be freed
     stats = ClientStats("open", len(reqs), start_s=env.now)
     tracker = _Tracker(env, stats)
     think = cfg.think_time_s
@@ -259,7 +261,8 @@ def _open_loop(
     t0 = env.now
 
     def submit(i: int) -> None:
-        done = tracker.send(server, reqs[i])
+        req, reqs[i] = reqs[i], None
+        done = tracker.send(server, req)
         kids = children.get(i)
         if kids:
             done.callbacks.append(lambda _ev, kids=kids: release(kids))
@@ -282,7 +285,7 @@ def _open_loop(
     timed = np.flatnonzero(~np.isnan(own))  # roots, and waiting turns that have an own time
     timed = timed[np.argsort(own[timed], kind="stable")]
     expect = getattr(server, "expect_arrival", None)  # optional: lets the server plan its jumps
-    for i, t in zip(timed.tolist(), own[timed].tolist(), strict=True):
+    for i, t in _in_chunks(timed, own[timed]):
         delay = t0 + t - env.now
         if delay > 0:
             if expect is not None:
@@ -295,6 +298,13 @@ def _open_loop(
         expect(math.inf)
     yield tracker.all_done
     return stats
+
+
+def _in_chunks(rows: np.ndarray, times: np.ndarray, chunk: int = 1 << 16) -> Iterator[tuple[int, float]]:
+    """``zip(rows.tolist(), times.tolist())`` a chunk at a time: the whole lists of a
+    million-request trace would hold ~70 MB while the requests arrive."""
+    for lo in range(0, len(rows), chunk):
+        yield from zip(rows[lo : lo + chunk].tolist(), times[lo : lo + chunk].tolist(), strict=True)
 
 
 # --- sequential replay -------------------------------------------------------------------------

@@ -2,8 +2,9 @@
 
 What is recorded (data flows one way, server -> recorder):
 
-* a per-request frame (every :class:`SimRequest` the server saw, read when the results are built,
-  so it holds what the server wrote into it);
+* a per-request frame (every :class:`SimRequest` the server saw, in first-seen order; its
+  numbers are recorded when it finishes, :mod:`simulator.engine.request_rows`, so that the
+  recorder holds no finished request);
 * decode steps: step end time, ``#running-req``, ``#queue-req``, ``#full token`` / ``full token
   usage`` and ``#swa token`` / ``swa token usage`` exactly as SGLang's decode log defines them
   (``pool_stats_observer._get_swa_token_info``: used = capacity - (available + evictable), usage =
@@ -31,6 +32,7 @@ from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.outputs import write_tables
 from simulator.engine.request import SimRequest
+from simulator.engine.request_rows import RequestRows
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -139,6 +141,8 @@ class Recorder(ServerObserver):
     step's simulated end time. ``log_stream`` defaults to ``sys.stdout`` at write time.
     ``request_rate`` is only carried into the summary for the report's header line.
     ``progress`` is called with the number of finished requests after each finish.
+    ``keep_requests``: also keep every request object (the HiCache report's request columns are
+    keyed by them); :meth:`from_config` keeps them only for HiCache runs.
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class Recorder(ServerObserver):
         request_rate: float | None = None,
         progress: Callable[[int], None] | None = None,
         epoch: datetime = LOG_EPOCH,
+        keep_requests: bool = True,
     ) -> None:
         if decode_log_interval < 1:
             raise ValueError(f"decode_log_interval must be >= 1, got {decode_log_interval}")
@@ -164,7 +169,8 @@ class Recorder(ServerObserver):
         self.counters: dict = {}
         self.hicache = None  # HiCache runs: simulator.engine.hicache_report.HiCacheReport
         self.end_s: float = math.nan
-        self._reqs: dict[SimRequest, None] = {}  # the requests seen, in first-seen order
+        # the requests seen, a row each in first-seen order; a finished one only as numbers
+        self._reqs = RequestRows(keep_objects=keep_requests)
         self._finished = 0
         # decode steps, in order: (times, #full, #swa) arrays, or the step count of a jump kept
         # in closed form in _jumps; plus per-call constants (expanded with np.repeat)
@@ -187,8 +193,10 @@ class Recorder(ServerObserver):
 
     @classmethod
     def from_config(cls, cfg: SimConfig, **kwargs: Any) -> Recorder:
-        """A recorder with the config's ``log_decode`` / ``decode_log_interval``."""
+        """A recorder with the config's ``log_decode`` / ``decode_log_interval``; it keeps the
+        request objects only where the HiCache report needs them."""
         kwargs.setdefault("log_decode", cfg.log_decode)
+        kwargs.setdefault("keep_requests", cfg.hicache.enabled)
         kwargs.setdefault("decode_log_interval", cfg.decode_log_interval)
         return cls(**kwargs)
 
@@ -199,7 +207,7 @@ class Recorder(ServerObserver):
         self.server_config = dict(config)
 
     def on_arrival(self, req: SimRequest) -> None:
-        self._reqs.setdefault(req)
+        self._reqs.see(req)
 
     def on_prefill_batch(
         self,
@@ -306,10 +314,10 @@ class Recorder(ServerObserver):
             self._d_const = []
 
     def on_first_token(self, req: SimRequest) -> None:
-        self._reqs.setdefault(req)
+        self._reqs.see(req)
 
     def on_finish(self, req: SimRequest) -> None:
-        self._reqs.setdefault(req)
+        self._reqs.finish(req)
         self._finished += 1
         if self.progress is not None:
             self.progress(self._finished)
@@ -381,50 +389,22 @@ class Recorder(ServerObserver):
         reads, and what the frames are built from when someone asks for them."""
         from simulator.engine.frames import RunColumns
 
-        latest = np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
-        rows = np.concatenate([*self._prefill_packed, latest]) if self._prefill_packed else latest
-        # keep the one array (its chunks freed before the request columns are built)
-        self._prefill_packed, self._prefill, self._n_prefill_packed = [rows], [], len(rows)
-        used = {c: rows[:, _PREFILL_NAMES.index(c)].astype(np.int64).astype(np.float64) for c in _USED}
+        if self._prefill:
+            self._pack_prefill()
+        cap = self.capacity
         return RunColumns(
             requests=self._request_columns(),
             decode_steps=self._decode_columns(),
             decode_empty=not self._d_chunks,
-            prefill_rows=rows,
-            prefill_usage=(
-                self._usage(used["full_token"], "full_tokens"),
-                self._usage(used["swa_token"], "swa_tokens"),
-            ),
+            prefill_chunks=tuple(self._prefill_packed),
+            capacity=(cap.full_tokens, cap.swa_tokens) if cap else (0, 0),
             retractions=list(self._retract),
         )
 
     def _request_columns(self) -> dict[str, Any]:
-        """The requests frame's columns as arrays (the summary reads these, no DataFrame)."""
-        reqs = list(self._reqs)
-        arrival = np.array([r.arrival_s for r in reqs], dtype=np.float64)
-        first = np.array([r.first_token_s for r in reqs], dtype=np.float64)
-        finish = np.array([r.finish_s for r in reqs], dtype=np.float64)
-        return {
-            "index": np.array([r.index for r in reqs], dtype=np.int64),
-            "rid": [r.rid for r in reqs],
-            "session": [r.session for r in reqs],
-            "round": np.array([r.round for r in reqs], dtype=np.int64),
-            "heartbeat": np.array([r.heartbeat for r in reqs], dtype=bool),
-            "arrival_s": arrival,
-            "first_token_s": first,
-            "finish_s": finish,
-            "ttft_s": first - arrival,
-            "latency_s": finish - arrival,
-            "prompt_len": np.array([r.prompt_len for r in reqs], dtype=np.int64),
-            "cached_tokens": np.array([r.cached_tokens for r in reqs], dtype=np.int64),
-            "output_len": np.array([r.output_len for r in reqs], dtype=np.int64),
-            "retractions": np.array([r.retractions for r in reqs], dtype=np.int64),
-            "aborted": np.array([r.aborted for r in reqs], dtype=bool),
-            "abort_reason": [r.abort_reason for r in reqs],
-            # not in REQUEST_FRAME_COLUMNS (frames() keeps its schema); run_config adds it
-            "rejected": np.array([r.rejected for r in reqs], dtype=bool),
-            "truncated": np.array([r.truncated for r in reqs], dtype=bool),
-        }
+        """The requests frame's columns as arrays (the summary reads these, no DataFrame),
+        recorded as the requests finished (:class:`RequestRows`)."""
+        return self._reqs.columns()
 
     def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(time, #full token, #swa token) of every decode step so far, jumps materialised in
@@ -521,7 +501,9 @@ class Recorder(ServerObserver):
 
         frames = build_frames(self.columns(), report=True)
         if self.hicache is not None:
-            self.hicache.add_request_columns(frames["requests"], list(self._reqs))
+            if self._reqs.objects is None:
+                raise RuntimeError("a HiCache run's frames need Recorder(keep_requests=True)")
+            self.hicache.add_request_columns(frames["requests"], self._reqs.objects)
             frames.update(self.hicache.frames())
         return frames
 
@@ -542,7 +524,6 @@ class Recorder(ServerObserver):
 
 _PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
 _PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
-_USED = ("full_token", "swa_token")
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 _DECODE_PACK = 1 << 14  # stepwise decode records (or per-call constants) kept before packing
 

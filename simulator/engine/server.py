@@ -107,6 +107,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         self.swa_freed_by_decode = 0
         self.retractions = 0
         self.aborts = 0
+        self.completed = 0  # requests finished, aborted or rejected (simulate's stuck check)
         self.overlap_extra_slots = 0  # decode slots spent on requests already finished (overlap)
         self._wakeup: simpy.Event | None = None
         # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
@@ -275,6 +276,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         sim = r.sim
         self._req_left = True
         if notify:
+            self.completed += 1
             sim.finish_s = t
             sim.cached_tokens = r.cached_tokens
             sim.retractions = r.retractions
@@ -312,6 +314,7 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         sim.rejected = True
         sim.abort_reason = reason
         sim.finish_s = self.env.now
+        self.completed += 1
         self.obs.on_finish(sim)
         req.done.succeed(sim)
 

@@ -84,6 +84,15 @@ def collector_skips_older_objects() -> Iterator[None]:
         gc.unfreeze()
 
 
+def _first_unfinished(server: ServerModel) -> str:
+    """The first unfinished request the server still holds (an unfinished request that it does
+    not hold was lost on the way, or its client never sent it)."""
+    for r in (server.chunked, *server.running, *server.waiting[:1]):
+        if r is not None:
+            return f"first: {r.rid}"
+    return "none of them in the server"
+
+
 def simulate(
     trace,
     cfg: SimConfig,
@@ -108,19 +117,20 @@ def simulate(
     hicache = hicache_setup(cfg, model, gpu, sizes, pools)
     server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops, hicache=hicache)
     requests = requests_from_trace(trace, pools.page_size)
-    if len(requests) >= 1 << 16:
+    n = len(requests)
+    if n >= 1 << 16:
         return_freed_memory()  # the temporaries behind a big trace's requests
     start_clients(env, server, trace, cfg, requests)
+    del requests  # the clients hold them, so that a finished request can be freed
     with collector_skips_older_objects():
         try:
             env.run()
         except AssertionError as exc:  # a pool over-freed: SGLang's own crash where it has one
             raise_if_sglang_crash(exc, pools, env.now)
             raise
-    unfinished = [r for r in requests if r.finish_s != r.finish_s]  # NaN
-    if unfinished:
+    if server.completed < n:
         raise StuckSimulation(
-            f"{len(unfinished)} of {len(requests)} requests never finished (first: {unfinished[0].rid}); "
+            f"{n - server.completed} of {n} requests never finished ({_first_unfinished(server)}); "
             f"server state: {len(server.waiting)} waiting, {len(server.running)} running, "
             f"chunked={'yes' if server.chunked else 'no'}, {server.memory_summary()}"
         )
