@@ -88,7 +88,13 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         tombstone = TOMBSTONING.create(cfg.tombstone)
         self.cache = (
             build_controller(
-                tombstone, pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window, order
+                tombstone,
+                pools.full_tokens,
+                pools.swa_tokens,
+                pools.page_size,
+                pools.window,
+                order,
+                pools.hybrid,
             )
             if self.hicache is None
             else self.hicache.cache

@@ -186,7 +186,9 @@ class StepRecorder(ServerObserver):
                 prefill_chunks=0, decode_steps=0, output_len=None, finish_reason=None,
             )  # fmt: skip
             srv.submit(self.sims[i])
-        if srv.idle:
+        # under overlap an idle server still processes the batch in flight (an EOS finisher's
+        # extra decode step) in this pass and blocks only at the next one
+        if srv.idle and srv.in_flight is None:
             self._skip_idle()
 
     def _skip_idle(self) -> None:
