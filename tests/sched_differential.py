@@ -56,15 +56,18 @@ EOS = dict(
 # truncates a second request per batch, which decodes on a partial prompt, and the SWA
 # allocator's conservation assert fires in both loops on these workloads. Its SWA cap needs
 # prompts above the SWA pool: these two run the LARGE workloads (prompts to 1500 tokens)
-SWA_BUG = dict(swa_tokens=400, window=128)
+# Some of them livelock in SGLang: a retracted request whose prompt + outputs outgrow the SWA
+# pool heads the queue, can never be admitted, and SGLang passes idle behind it for ever (seed
+# 19: from step 305). The oracle stops such a run at --max-steps as a crash, and step-replay
+# does the same at the same step; 3000 steps is well above the longest run that ends (about 1150)
+SWA_BUG = dict(swa_tokens=400, window=128, max_steps=3000)
 SHAPES = {
     "plain-swa-bug": LARGE,
     "overlap-swa-bug": LARGE,
 }
 """Workload shapes other than ``COMPACT``."""
-# CI runs 3 large workloads of the SWA-bug configurations (as before): at 30, some workload
-# among seeds 10-29 ran for minutes (not yet examined; docs/differential-testing.md)
-CI_WORKLOADS = {"plain-swa-bug": 3, "overlap-swa-bug": 3}
+CI_WORKLOADS: dict[str, int] = {}
+"""Configurations that run fewer than ``KVPLAN_SCHED_WORKLOADS`` workloads in CI."""
 
 # name -> (knobs, workload style, refresh, what its workloads must exercise)
 CONFIGS: dict[str, tuple[dict[str, Any], str, str, tuple[str, ...]]] = {
