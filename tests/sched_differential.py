@@ -135,11 +135,14 @@ def _batch_full_passes(lines: list[dict]) -> int:
     )
 
 
-def check_exercised(needs: tuple[str, ...], totals: dict[str, int]) -> None:
+def check_exercised(needs: tuple[str, ...], totals: dict[str, int], slow: bool = False) -> None:
     """Each configuration exercises what it can, counted from the oracle's run lines: chunking
     and retraction everywhere, the SWA cap (and SGLang's bug) only where the SWA pool is at most
     one chunk plus a page, and what the configuration is for (retraction: see below)."""
-    assert totals["chunked_steps"] > 0 and totals["retractions"] > 0, totals
+    assert totals["chunked_steps"] > 0, totals
+    # --no-swa retracts in few workloads (3 of CI's 30; none of slow seeds 1000-1049): a slow
+    # slice of the full-attention configurations need not retract
+    assert totals["retractions"] > 0 or (slow and "batch-full" in needs), totals
     if "swa-bug" not in needs:  # pools > chunk + page
         assert totals["swa_chunk_capped"] == 0 and totals["anomalies"] == 0 and totals["crashes"] == 0
     checks = {
@@ -200,4 +203,4 @@ def compare_slow(workers: Workers, name: str, request: pytest.FixtureRequest) ->
         line["seconds"] = round(time.perf_counter() - t0, 1)
         with open(report, "a") as f:
             f.write(json.dumps(line) + "\n")
-    check_exercised(CONFIGS[name][3], totals)
+    check_exercised(CONFIGS[name][3], totals, slow=True)
