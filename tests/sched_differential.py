@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -46,7 +47,12 @@ PLAIN = dict(disable_overlap_schedule=True)
 # pools for COMPACT workloads: 17 rows of prompts up to 400 tokens retract on a FULL pool of 800;
 # the SWA pool (500) stays above one chunk (128) plus a page, so the SWA cap never applies
 POOLS = dict(full_tokens=800, swa_tokens=500, window=64, chunked_prefill_size=128)
-NO_SWA = dict(no_swa=True, full_tokens=800, chunked_prefill_size=128)
+# the full-attention scheduler keeps batch_is_full after NO_TOKEN until a request leaves, so it
+# admits little on a stale ratio: it retracts only with 10 burst rows of 60-120 output tokens on
+# a FULL pool of 600 at a conservativeness of 0.3 (seeds 0-29: 1 retraction in the plain loop,
+# 2 under overlap; the COMPACT burst on 800 tokens never retracted)
+NO_SWA = dict(no_swa=True, full_tokens=600, chunked_prefill_size=128, schedule_conservativeness=0.3)
+NO_SWA_SHAPE = replace(COMPACT, burst=10, burst_output=(60, 120))
 # requests stopping at EOS reserve their whole max_new_tokens: a conservativeness of 0.5
 # (new_token_ratio from 0.35) under-reserves the others enough to retract
 EOS = dict(
@@ -56,15 +62,20 @@ EOS = dict(
 # truncates a second request per batch, which decodes on a partial prompt, and the SWA
 # allocator's conservation assert fires in both loops on these workloads. Its SWA cap needs
 # prompts above the SWA pool: these two run the LARGE workloads (prompts to 1500 tokens)
-SWA_BUG = dict(swa_tokens=400, window=128)
+# Some of them livelock in SGLang: a retracted request whose prompt + outputs outgrow the SWA
+# pool heads the queue, can never be admitted, and SGLang passes idle behind it for ever (seed
+# 19: from step 305). The oracle stops such a run at --max-steps as a crash, and step-replay
+# does the same at the same step; 3000 steps is well above the longest run that ends (about 1150)
+SWA_BUG = dict(swa_tokens=400, window=128, max_steps=3000)
 SHAPES = {
     "plain-swa-bug": LARGE,
     "overlap-swa-bug": LARGE,
+    "plain-no-swa": NO_SWA_SHAPE,
+    "overlap-no-swa": NO_SWA_SHAPE,
 }
 """Workload shapes other than ``COMPACT``."""
-# CI runs 3 large workloads of the SWA-bug configurations (as before): at 30, some workload
-# among seeds 10-29 ran for minutes (not yet examined; docs/differential-testing.md)
-CI_WORKLOADS = {"plain-swa-bug": 3, "overlap-swa-bug": 3}
+CI_WORKLOADS: dict[str, int] = {}
+"""Configurations that run fewer than ``KVPLAN_SCHED_WORKLOADS`` workloads in CI."""
 
 # name -> (knobs, workload style, refresh, what its workloads must exercise)
 CONFIGS: dict[str, tuple[dict[str, Any], str, str, tuple[str, ...]]] = {
@@ -124,15 +135,14 @@ def _batch_full_passes(lines: list[dict]) -> int:
     )
 
 
-def check_exercised(needs: tuple[str, ...], totals: dict[str, int]) -> None:
+def check_exercised(needs: tuple[str, ...], totals: dict[str, int], slow: bool = False) -> None:
     """Each configuration exercises what it can, counted from the oracle's run lines: chunking
     and retraction everywhere, the SWA cap (and SGLang's bug) only where the SWA pool is at most
     one chunk plus a page, and what the configuration is for (retraction: see below)."""
     assert totals["chunked_steps"] > 0, totals
-    # SGLang's full-attention scheduler keeps batch_is_full after NO_TOKEN until a request leaves,
-    # and retracted in none of the compact shapes tried (pools 500-1000 tokens, conservativeness
-    # 0.3-1, bursts of 5-10 rows): retraction is asserted for the hybrid SWA configurations
-    assert totals["retractions"] > 0 or "batch-full" in needs, totals
+    # --no-swa retracts in few workloads (3 of CI's 30; none of slow seeds 1000-1049): a slow
+    # slice of the full-attention configurations need not retract
+    assert totals["retractions"] > 0 or (slow and "batch-full" in needs), totals
     if "swa-bug" not in needs:  # pools > chunk + page
         assert totals["swa_chunk_capped"] == 0 and totals["anomalies"] == 0 and totals["crashes"] == 0
     checks = {
@@ -193,4 +203,4 @@ def compare_slow(workers: Workers, name: str, request: pytest.FixtureRequest) ->
         line["seconds"] = round(time.perf_counter() - t0, 1)
         with open(report, "a") as f:
             f.write(json.dumps(line) + "\n")
-    check_exercised(CONFIGS[name][3], totals)
+    check_exercised(CONFIGS[name][3], totals, slow=True)

@@ -86,10 +86,9 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
         self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
         tombstone = TOMBSTONING.create(cfg.tombstone)
+        sizes = (pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window)
         self.cache = (
-            build_controller(
-                tombstone, pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window, order
-            )
+            build_controller(tombstone, *sizes, order, pools.hybrid)
             if self.hicache is None
             else self.hicache.cache
         )

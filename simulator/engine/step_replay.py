@@ -90,6 +90,11 @@ class StepServer(ServerModel):
             self.rec.on_prefill(batch, self.chunked, running)
         return cached
 
+    def _abort_unservable(self) -> None:
+        """Nothing runs and the head of the queue can never be admitted. kvplan's server aborts
+        it; SGLang 0.5.23 has no such abort: its loop passes idle with the head blocked (for
+        ever: nothing running frees memory), so the step clock does too, until ``max_steps``."""
+
     def _abort(self, req, detail: str) -> None:
         self.rec.aborted_outputs[req.rid] = (req.num_outputs, detail.startswith(RETRACT_ABORT))
         super()._abort(req, detail)
@@ -134,6 +139,7 @@ class StepRecorder(ServerObserver):
         self.steps: list[dict] = []
         self.done = False
         self.crashed: dict | None = None  # the server raised (SGLang's loop would have died)
+        self.stopped = False  # the run reached max_steps
 
     # ---- arrivals: the top of every pass --------------------------------------------------
     def _due(self, i: int, step: int) -> bool:
@@ -170,6 +176,10 @@ class StepRecorder(ServerObserver):
         self.cur = dict(type="step", step=self.step, kind="idle", rids=[], chunked=None, extend_lens=None,
                         prefix_lens=None, retracted=[], finished=[], aborted=[], arrived=[])  # fmt: skip
         self.running_after = None
+        if self.step >= self.knobs.max_steps:  # drive_scheduler.py Oracle.ingest: a crash there
+            self.stopped = True
+            waiting = [r.rid for r in srv.waiting][:10]
+            raise RuntimeError(f"--max-steps {self.knobs.max_steps} reached; waiting: {waiting}")
         due = [i for i in self.pending if self._due(i, self.step)]
         if due:
             taken = set(due)
@@ -186,7 +196,9 @@ class StepRecorder(ServerObserver):
                 prefill_chunks=0, decode_steps=0, output_len=None, finish_reason=None,
             )  # fmt: skip
             srv.submit(self.sims[i])
-        if srv.idle:
+        # under overlap an idle server still processes the batch in flight (an EOS finisher's
+        # extra decode step) in this pass and blocks only at the next one
+        if srv.idle and srv.in_flight is None:
             self._skip_idle()
 
     def _skip_idle(self) -> None:
@@ -390,6 +402,10 @@ def replay(rows: list[StepRow], knobs: StepKnobs, emit=None, eos_id: int = -1) -
         # the allocator's conservation check (kv_allocator: a pool freed past its size) stands
         # for SGLang's (allocator/swa.py: SWATokenToKVPoolAllocator.free_group_end); SGLang's
         # loop dies there, and the oracle records the step and stops (its ``crash`` key)
+        rec.crash(exc)
+    except RuntimeError as exc:
+        if not rec.stopped:
+            raise
         rec.crash(exc)
     if rec.cur is not None:
         rec._close()

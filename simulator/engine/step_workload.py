@@ -41,6 +41,7 @@ class StepKnobs:
     ignore_eos: bool = True
     eos_id: int | None = None
     queue_head: int = 16
+    max_steps: int = 1_000_000  # the run stops with an error at this step, as the oracle's does
 
     @property
     def full_pool(self) -> int:

@@ -372,10 +372,23 @@ class UnifiedSWACache(SWACacheController):
     """``UnifiedRadixCache`` (mem_cache/unified_radix_cache.py) with FULL + SWA components."""
 
     decode_memory_check = True
+    split_at_prompt = False  # a full-attention model's one-component tree (see _split_at_prompt)
 
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order) -> None:
         super().__init__(allocator, window)
         self.tree = UnifiedSWARadixTree(allocator.page_size, window, allocator, eviction_order)
+
+    def _split_at_prompt(self, req: ReqKV, aligned: int) -> None:
+        """``UnifiedRadixCache.checkpoint_into_tree`` with the FULL component alone: a second
+        insert of the page-aligned prompt splits the cached path at the prompt's end, so eviction
+        can drop output KV and keep the prompt. The boundary is usually a node end already; not
+        when a request finishes on its prefill result with its overlap decode slot committed, or
+        a re-prefill checkpoints prompt + outputs at once. That insert adds nothing: it walks the
+        path, splits, and touches it, which is what a match of the prompt does here."""
+        p = self.page_size
+        prompt_pages = req.prompt_len // p
+        if 0 < prompt_pages * p < aligned:
+            self.tree.match_prefix(req.pages[:prompt_pages])
 
     def _evict(self, full_shortfall: int, swa_shortfall: int):
         return self.tree.evict_for_alloc(full_shortfall, swa_shortfall)
@@ -416,6 +429,8 @@ class UnifiedSWACache(SWACacheController):
         if rows is not None:  # the row now points at the tree's pages (req_to_token rewrite)
             req.kv_pages = np.concatenate([self.tree.path_values(target), rows[aligned // p :]])
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
+        if self.split_at_prompt:
+            self._split_at_prompt(req, aligned)
         self.tree.unlock(req.lock)
         req.lock = self.tree.lock(target) if relock else None
         req.cache_protected_len = aligned
@@ -500,9 +515,19 @@ def make_cache(tombstone_policy, allocator: SWAKVAllocator, window: int, evictio
 
 
 def build_controller(
-    tombstone_policy, full_tokens: int, swa_tokens: int, page_size: int, window: int, eviction_order
+    tombstone_policy,
+    full_tokens: int,
+    swa_tokens: int,
+    page_size: int,
+    window: int,
+    eviction_order,
+    hybrid: bool = True,
 ) -> SWACacheController:
-    """The allocator and the controller over it, for a server (the engine sees only the latter)."""
-    return make_cache(
+    """The allocator and the controller over it, for a server (the engine sees only the latter).
+    ``hybrid`` False: a full-attention model, whose 0.5.23 tree has the FULL component alone."""
+    cache = make_cache(
         tombstone_policy, SWAKVAllocator(full_tokens, swa_tokens, page_size), window, eviction_order
     )
+    if not hybrid and isinstance(cache, UnifiedSWACache):
+        cache.split_at_prompt = True
+    return cache

@@ -1,0 +1,58 @@
+"""``kvplan step-replay``'s step driver where the server blocks or stalls.
+
+Under overlap, when the server falls idle after an EOS finish: the finisher is already in the
+next decode step when its EOS is processed, so the pass after its finish still has a batch in
+flight to process; SGLang's loop blocks (runs ``on_idle``) only one pass later. The step driver
+woke a server that had not blocked yet and crashed (AttributeError on the server's wake-up
+event): no generated workload had an idle gap after an EOS finish."""
+
+from __future__ import annotations
+
+from simulator.engine.step_replay import run_lines
+from simulator.engine.step_workload import StepKnobs
+from tests.sched_oracle_harness import LARGE, generate
+
+
+def test_idle_gap_after_an_overlap_eos_finish():
+    """A (20 in, 5 script tokens, max_new 10, no ignore_eos) prefills at 0 and decodes at 1-5;
+    step 5 processes its EOS (step 4's result) and releases 20 + 5 tokens (the EOS slot of
+    step 5's decode is committed). Step 6 processes step 5's decode and runs no batch; step 7 is
+    the second pass without one: ``on_idle`` finds the server fully idle and resets the ratio to
+    0.7; steps 8-11 idle likewise, and B (arriving at 12) prefills there. As SGLang 0.5.23's loop
+    gives it (drive_scheduler.py, the default pools)."""
+    rows = [
+        dict(rid="A", input_ids=list(range(20)), output_ids=list(range(500, 505)), max_new_tokens=10,
+             ignore_eos=False),
+        dict(rid="B", input_ids=list(range(1000, 1010)), output_ids=[600, 601], arrival_step=12),
+    ]  # fmt: skip
+    lines = run_lines(rows, StepKnobs())
+    steps = [x for x in lines if x["type"] == "step"]
+    assert [s["kind"] for s in steps] == ["prefill"] + ["decode"] * 5 + ["idle"] * 6 + [
+        "prefill",
+        "decode",
+        "idle",
+    ]
+    assert steps[5]["finished"] == ["A"] and (steps[5]["full_used"], steps[5]["full_evictable"]) == (0, 25)
+    assert [bool(s.get("fully_idle")) for s in steps[6:12]] == [False] + [True] * 5
+    assert steps[6]["new_token_ratio"] < 0.7 and steps[7]["new_token_ratio"] == 0.7
+    assert steps[12]["arrived"] == ["B"] and steps[14]["finished"] == ["B"]
+
+
+def test_an_unservable_queue_head_stalls_sglang_until_max_steps():
+    """SGLang's SWA-bug pools (SWA 400, window 128; large generated workload 19, plain loop):
+    r23 was retracted with 392 + 22 tokens, more than the SWA pool, and heads the FCFS queue
+    from step 305, when the last running request finished. SGLang 0.5.23 has no abort for a head
+    that can never be admitted: every pass after it is idle with the same 10 requests waiting
+    (its oracle: 0 differences from kvplan up to its --max-steps 3000). kvplan's server aborts
+    such a head; the step clock must not, and stops at ``max_steps`` as the oracle does, with a
+    RuntimeError crash at that step."""
+    knobs = StepKnobs(swa_tokens=400, window=128, disable_overlap_schedule=True, max_steps=400)
+    lines = run_lines(generate(19, style="mixed", shape=LARGE), knobs)
+    steps = [x for x in lines if x["type"] == "step"]
+    assert len(steps) == 401 and steps[-1]["crash"]["error"].startswith("RuntimeError: --max-steps 400")
+    stalled = steps[305:400]
+    assert all(s["kind"] == "idle" and s["waiting"] == 10 and not s["aborted"] for s in stalled)
+    assert all(s["queue_order"][0] == "r23" for s in stalled)
+    r23 = next(x for x in lines if x["type"] == "request" and x["rid"] == "r23")
+    assert r23["finish_step"] is None and r23["retractions"] == 1
+    assert lines[-1]["crashed"]["step"] == 400
