@@ -71,6 +71,16 @@ def core_extensions() -> list[Extension]:
     ]
     built = cythonize(exts, language_level=3, quiet=True)
     cm = compiled_modules()
+    import Cython
+
+    if not cm.cython_compiles_plain(Cython.__version__):
+        print(
+            f"warning: Cython {Cython.__version__} is older than {cm.MIN_CYTHON_PLAIN}: "
+            "the simulation loop's modules stay pure Python"
+        )
+        for ext in built:
+            ext.optional = True
+        return built
     for name in cm.COMPILED_MODULES:
         src = os.path.relpath(cm.source_path(name), HERE)
         ext = Extension(name, [src], extra_compile_args=C_FLAGS, optional=True)

@@ -47,6 +47,28 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RECORD = os.path.join(ROOT, "simulator", "compiled_sources.txt")
 
 
+#: The oldest Cython that compiles the plain modules correctly: Cython 3.3.0's build of
+#: ``simulator/engine/fast_forward.py`` crashes the interpreter (a segmentation fault in the first
+#: simulation, seen on Python 3.12.3; 3.3.1 runs it bit for bit), so setup.py leaves the plain
+#: modules as Python under older Cythons. The radix core's ``.pyx`` builds with any Cython 3.
+MIN_CYTHON_PLAIN = (3, 3, 1)
+
+
+def cython_compiles_plain(version: str) -> bool:
+    """Whether Cython ``version`` (e.g. ``"3.3.0"``, ``"3.4.0b1"``) may compile the plain modules."""
+    parts: list[int] = []
+    for piece in version.split(".")[:3]:
+        digits = ""
+        for ch in piece:
+            if not ch.isdigit():
+                break
+            digits += ch
+        parts.append(int(digits or 0))
+    while len(parts) < 3:
+        parts.append(0)
+    return tuple(parts) >= MIN_CYTHON_PLAIN
+
+
 def source_path(name: str) -> str:
     """The ``.py`` file of module ``name`` in this checkout."""
     return os.path.join(ROOT, *name.split(".")) + ".py"

@@ -142,3 +142,16 @@ def test_a_stale_build_loads_its_source(monkeypatch) -> None:
     with pytest.raises(ImportError, match="KVPLAN_REQUIRE_COMPILED"):
         finder.find_spec(name)
     assert finder.find_spec("simulator.engine.config") is None  # not a compiled module
+
+
+def test_cython_older_than_3_3_1_leaves_the_plain_modules_as_python() -> None:
+    """Cython 3.3.0's build of fast_forward.py segfaulted the first simulation (Python 3.12.3 on
+    the GPU host); setup.py asks this predicate before compiling the plain modules."""
+    from simulator.compiled_modules import cython_compiles_plain
+
+    assert not cython_compiles_plain("3.3.0")
+    assert not cython_compiles_plain("3.0.11")
+    assert not cython_compiles_plain("3.3.0rc1")
+    assert cython_compiles_plain("3.3.1")
+    assert cython_compiles_plain("3.4.0b1")
+    assert cython_compiles_plain("4.0")
