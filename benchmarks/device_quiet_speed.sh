@@ -8,7 +8,8 @@ set -euo pipefail
 R=$PWD
 OUT=${OUT:-/tmp}
 python3 -m pip install -q --no-deps --no-index .devrun/simpy-*.whl
-python3 setup.py -q build_ext --inplace
+python3 setup.py -q build_ext --inplace -j 8
+(cd .devrun/base && python3 setup.py -q build_ext --inplace -j 8)  # a checkout with a compiled core
 PLAN='plan --model gpt-oss-120b --gpu H200 --tp 8 --page-size 64 --slo ttft.p90<=2.0,cache_hit_rate>=0.2 -j 2 --json'
 for who in this base; do
     d=$R; [ "$who" = base ] && d=$R/.devrun/base
@@ -24,3 +25,6 @@ taskset -c 2 python3 benchmarks/simulate_speed.py --whole-process --against .dev
     --trace "Mooncake synthetic (3,993)=$R/.devrun/synthetic_trace.jsonl" \
     --trace "generator 12,000 (seed 0, 1 h)=$R/.devrun/gen12k.jsonl" \
     --trace "Azure conversation=$R/.devrun/AzureLLMInferenceTrace_conv.csv"
+# issue 12, item 6: the 100-configuration sweep on two worker processes pinned to two cores
+PYTHONPATH=$R taskset -c 0,1 python3 benchmarks/sweep_speed.py --backends j2 \
+    --trace "$R/.devrun/synthetic_trace.jsonl" --out "$OUT/sweep_this.json"
