@@ -295,8 +295,11 @@ class StepRecorder(ServerObserver):
         (``{step, error, where}``, ``where`` the innermost kvplan frames)."""
         inner = exc.__cause__ or exc  # simpy re-raises a process's exception from the original
         frames = traceback.extract_tb(inner.__traceback__)
+        # a compiled module's frame is named by its qualified name
+        # ("simulator.kv_allocator.SWAKVAllocator.free_group_end"): keep the function's own name,
+        # as the pure-Python frame gives it, so both builds print the same crash
         where = [
-            f"{f.filename[f.filename.rfind('simulator/') :]}:{f.lineno} {f.name}"
+            f"{f.filename[f.filename.rfind('simulator/') :]}:{f.lineno} {f.name.rsplit('.', 1)[-1]}"
             for f in frames
             if "simulator/" in f.filename
         ][-4:]
