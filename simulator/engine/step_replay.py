@@ -296,7 +296,7 @@ class StepRecorder(ServerObserver):
         inner = exc.__cause__ or exc  # simpy re-raises a process's exception from the original
         frames = traceback.extract_tb(inner.__traceback__)
         # a compiled module's frame is named by its qualified name
-        # ("simulator.kv_allocator.SWAKVAllocator.free_group_end"): keep the function's own name,
+        # ("simulator.kv_allocator...free_group_end" style): keep the function's own name,
         # as the pure-Python frame gives it, so both builds print the same crash
         where = [
             f"{f.filename[f.filename.rfind('simulator/') :]}:{f.lineno} {f.name.rsplit('.', 1)[-1]}"
