@@ -32,13 +32,14 @@ from gpu_replay.calibrate import SPLIT, StepShape, load_step_shapes, median_abs_
 from gpu_replay.step_fit import (
     BASE_KEYS,
     FORMS,
-    PROFILES,
+    PROFILES,  # noqa: F401 - read from here by tests/test_calibrate_moe_tiles.py
     STEP_PROFILES,
     TIE_PCT,
     _Scorer,
     base_model,
     fit_form,
     predictions,
+    put_step_form,
 )
 from simulator.cost.roofline import CostModel
 from simulator.models import load_model
@@ -179,7 +180,6 @@ def write_profiles(report: dict, command: str) -> None:
     all-reduce and ``hicache_transfer`` entries) and say in the provenance how they were chosen.
     A form added after scores were seen is reported, never written, even where the rule prefers it:
     choosing it would use the held-out scores."""
-    from simulator.cost.profile import validate_profile
 
     step_keys = BASE_KEYS + tuple(k for f in FORMS.values() for k in f) + TILE_KEYS
     chosen = report["chosen_preregistered"]
@@ -195,18 +195,7 @@ def write_profiles(report: dict, command: str) -> None:
         "not used); held-out step shapes " + f"{entry['run1_heldout']['median_abs_pct']:.1f}% "
         f"(fit shapes {entry['run1_fit']['median_abs_pct']:.1f}%). "
     )
-    for name in STEP_PROFILES:
-        path = PROFILES / f"{name}.json"
-        prof = json.loads(path.read_text())
-        kept = {k: v for k, v in prof["coefficients"].items() if k not in step_keys}
-        prof["coefficients"] = {**entry["coefficients"], **kept}
-        prov = prof["provenance"]
-        if command not in prov["tool"]:
-            prov["tool"] = f"{prov['tool']}; {command}"
-        notes = prov["notes"].split("[step form] ")[0].rstrip()
-        prov["notes"] = f"{notes} [step form] {summary}"
-        validate_profile(prof, origin=name)
-        path.write_text(json.dumps(prof, indent=2) + "\n")
+    put_step_form(entry["coefficients"], step_keys, command, summary)
 
 
 def main() -> None:

@@ -283,7 +283,6 @@ def write_step_profiles(report: dict, command: str) -> None:
     """Put the chosen form's coefficients into the committed cost profiles (the gpt-oss fit and
     the MiMo profile that carries its kernel coefficients), keeping their all-reduce and
     ``hicache_transfer`` entries, and say in the provenance how they were chosen and scored."""
-    from simulator.cost.profile import validate_profile
 
     steps_keys = BASE_KEYS + tuple(k for f in FORMS.values() for k in f)
     cv = report["cv"]
@@ -295,11 +294,19 @@ def write_step_profiles(report: dict, command: str) -> None:
         + f"); held-out step shapes {report['heldout']['median_abs_pct']:.1f}% "
         f"(fit shapes {report['fit']['median_abs_pct']:.1f}%), scored once after the choice. "
     )
+    put_step_form(report["coefficients"], steps_keys, command, summary)
+
+
+def put_step_form(coefficients: dict, step_keys: tuple, command: str, summary: str) -> None:
+    """Replace the step-form keys of every committed step profile by ``coefficients`` (other
+    entries kept), append ``command`` to the tool line and ``summary`` as the notes' step form."""
+    from simulator.cost.profile import validate_profile
+
     for name in STEP_PROFILES:
         path = PROFILES / f"{name}.json"
         prof = json.loads(path.read_text())
-        coeffs = {k: v for k, v in prof["coefficients"].items() if k not in steps_keys}
-        prof["coefficients"] = {**report["coefficients"], **coeffs}
+        kept = {k: v for k, v in prof["coefficients"].items() if k not in step_keys}
+        prof["coefficients"] = {**coefficients, **kept}
         prov = prof["provenance"]
         if command not in prov["tool"]:
             prov["tool"] = f"{prov['tool']}; {command}"
