@@ -20,6 +20,7 @@ import pytest
 import simpy
 from test_hicache_engine import POOLS, LinearCost
 from test_hicache_l3_served import LAT, READ_S, TRACE, _setup
+from test_hicache_overlap import _assert_same_frames
 
 from simulator.engine.config import SimConfig
 from simulator.engine.hicache_report import HiCacheReport
@@ -186,16 +187,7 @@ def _assert_same(a: tuple, b: tuple) -> None:
     (_, fa, ha), (_, fb, hb) = a, b
     assert ha == hb
     assert set(fa) == set(fb)
-    for name in fa:
-        x, y = fa[name], fb[name]
-        assert list(x.columns) == list(y.columns) and x.shape == y.shape, name
-        for col in x.columns:
-            if x[col].dtype.kind in "fi":
-                np.testing.assert_allclose(
-                    x[col].to_numpy(float), y[col].to_numpy(float), atol=1e-9, err_msg=f"{name}.{col}"
-                )
-            else:
-                assert x[col].tolist() == y[col].tolist(), f"{name}.{col}"
+    _assert_same_frames(fa, fb, fa)
 
 
 @pytest.mark.parametrize("overlap", [True, False])
