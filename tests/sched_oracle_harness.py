@@ -75,7 +75,7 @@ def knob_flags(knobs: dict[str, Any]) -> tuple[list[str], list[str]]:
         "max_prefill_tokens": ("--max-prefill-tokens", "--max-prefill-tokens"),
         "session_gap": ("--session-gap", "--session-gap"),
         "context_length": ("--max-context-len", "--context-length"),
-        "max_steps": ("--max-steps", "--max-steps"),  # StepKnobs only (no step-replay flag)
+        "max_steps": ("--max-steps", "--max-steps"),
     }
     oracle, kv = [], []
     for k, v in knobs.items():

@@ -56,3 +56,27 @@ def test_an_unservable_queue_head_stalls_sglang_until_max_steps():
     r23 = next(x for x in lines if x["type"] == "request" and x["rid"] == "r23")
     assert r23["finish_step"] is None and r23["retractions"] == 1
     assert lines[-1]["crashed"]["step"] == 400
+
+
+def test_step_replay_cli_stops_at_max_steps(tmp_path):
+    """``kvplan step-replay --max-steps``: the stalled workload above, through the CLI, prints
+    the step clock's lines up to the crash at step 400 and exits 1 with the stall's reason (the
+    CLI had no such flag: a stalled workload ran there to the default 1,000,000 steps)."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from simulator.cli.main import app
+
+    path = tmp_path / "w.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in generate(19, style="mixed", shape=LARGE)))
+    args = ["step-replay", str(path), "--swa-tokens", "400", "--window", "128", "--disable-overlap-schedule"]
+    res = CliRunner().invoke(app, [*args, "--max-steps", "400", "--json"])
+    assert res.exit_code == 1, res.output
+    lines = [json.loads(x) for x in res.stdout.splitlines()]
+    knobs = StepKnobs(swa_tokens=400, window=128, disable_overlap_schedule=True, max_steps=400)
+    assert lines == run_lines(generate(19, style="mixed", shape=LARGE), knobs)
+    assert lines[-1]["crashed"]["step"] == 400
+    assert "stalls here too" in res.stderr and "SWA allocator" not in res.stderr
+    res = CliRunner().invoke(app, [*args, "--max-steps", "0"])
+    assert res.exit_code == 2 and "--max-steps" in res.output

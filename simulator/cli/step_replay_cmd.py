@@ -52,6 +52,12 @@ def step_replay(
     ignore_eos: Annotated[bool, typer.Option("--ignore-eos/--no-ignore-eos")] = True,
     eos_id: Annotated[int | None, typer.Option("--eos-id")] = None,
     queue_head: Annotated[int, typer.Option("--queue-head")] = _D.queue_head,
+    max_steps: Annotated[
+        int,
+        typer.Option(
+            "--max-steps", min=1, help="Stop with an error at this step, as the oracle's --max-steps does."
+        ),
+    ] = _D.max_steps,
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the oracle's step, request and run lines.")
     ] = False,
@@ -66,7 +72,7 @@ def step_replay(
         schedule_conservativeness=schedule_conservativeness, session_gap=session_gap,
         context_length=context_length, waiting_prefix_refresh=waiting_prefix_refresh == "on",
         disable_overlap_schedule=disable_overlap_schedule, ignore_eos=ignore_eos, eos_id=eos_id,
-        queue_head=queue_head,
+        queue_head=queue_head, max_steps=max_steps,
     )  # fmt: skip
     lines = run_lines(read_rows(workload), knobs)
     run = lines[-1]
@@ -82,12 +88,25 @@ def step_replay(
         )
     crash = run.get("crashed")
     if crash is not None:  # the oracle exits 1 where SGLang's loop dies
-        why = (
-            "SGLang 0.5.23's SWA allocator asserts there too: its SWA pool is at most one chunk plus a page"
-            if swa_double_chunk_condition(
-                knobs.swa_pool or 0, knobs.chunked_prefill_size, page_size, not no_swa
-            )
-            else "kvplan's allocator check; SGLang has no known crash for this configuration"
+        typer.echo(
+            f"kvplan: step-replay stopped at step {crash['step']}: {crash['error']} ({_why(crash, knobs)})",
+            err=True,
         )
-        typer.echo(f"kvplan: step-replay stopped at step {crash['step']}: {crash['error']} ({why})", err=True)
         raise typer.Exit(1)
+
+
+def _why(crash: dict, knobs: StepKnobs) -> str:
+    """Why the step clock stopped: no progress until ``--max-steps``, SGLang's SWA-allocator
+    assertion, or kvplan's own allocator check."""
+    if crash["error"].startswith("RuntimeError: --max-steps"):
+        return (
+            "SGLang 0.5.23 stalls here too: it has no abort for a queue head that can never be admitted, "
+            "so its loop passes idle until the oracle's --max-steps"
+        )
+    if swa_double_chunk_condition(
+        knobs.swa_pool or 0, knobs.chunked_prefill_size, knobs.page_size, not knobs.no_swa
+    ):
+        return (
+            "SGLang 0.5.23's SWA allocator asserts there too: its SWA pool is at most one chunk plus a page"
+        )
+    return "kvplan's allocator check; SGLang has no known crash for this configuration"
