@@ -1,6 +1,6 @@
 #!/bin/bash
 # Issue 13, seventh session: the step-shape calibration and the transfer check on ONE machine, in
-# one `run` call (one H100; about 6 minutes, at most ~7.8 by the timeouts below). Run from the
+# one `run` call (one H100; about 5 minutes, at most ~7.8 by the timeouts below). Run from the
 # repository root; everything lands in $OUT (6 files, no subfolders):
 #   device_step_calib.log    everything printed (measurement passes, fit table, per-shape errors)
 #   steps.json               every shape x repeat (benchmarks/gpu_step_calib.py)
@@ -16,8 +16,10 @@ OUT=${OUT:-/tmp/step_calib_out}
 PY=${PYTHON:-python3}  # the device host's python (torch 2.11); a venv's python for --dry-run
 DRY=()
 TRANSFER=()
+FIT=()
 if [ "${1:-}" = "--dry-run" ]; then
     DRY=(--dry-run)
+    FIT=(--forms base,tiles_prefill)  # two of the six forms: a 2-core VM takes minutes for six
     TRANSFER=(--score-only gpu_replay/results/transfer-2026-11-26-s4/calls-h100m2-cuda-iso.csv.gz)
 fi
 mkdir -p "$OUT"
@@ -32,14 +34,15 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFER
     timeout 270 "$PY" benchmarks/gpu_step_calib.py --out "$OUT/steps.json" --budget-s 200 "${DRY[@]}"
     echo "rc $? at ${SECONDS} s"
     echo "== steps (fit, held-out scored once after the choice)"
-    timeout 120 "$PY" -m gpu_replay.step_calib --measurements "$OUT/steps.json" --out "$OUT" \
-        --workers "$(nproc)"
+    timeout 150 "$PY" -m gpu_replay.step_calib --measurements "$OUT/steps.json" --out "$OUT" \
+        --workers "$(nproc)" "${FIT[@]}"
     echo "rc $? at ${SECONDS} s"
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv || true
     left=$((465 - SECONDS))
     if [ "$left" -gt 60 ]; then
         echo "== transfers (op-log replays, cuda row kernel, isolated calls; ${left} s left)"
-        timeout "$left" "$PY" benchmarks/gpu_transfer_check.py --out "$OUT" --budget-s $((left - 45)) \
+        budget=$((left - 45 < 120 ? left - 45 : 120))
+        timeout "$left" "$PY" benchmarks/gpu_transfer_check.py --out "$OUT" --budget-s "$budget" \
             "${TRANSFER[@]}"
         echo "rc $? at ${SECONDS} s"
     else

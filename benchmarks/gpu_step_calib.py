@@ -49,9 +49,16 @@ def shapes(split: dict, config: dict) -> list[Shape]:
 
 
 def measure(
-    todo: list[Shape], timer: Timer, repeats: int, min_repeats: int, budget_s: float, log=print
+    todo: list[Shape],
+    timer: Timer,
+    repeats: int,
+    min_repeats: int,
+    budget_s: float,
+    log=print,
+    on_pass: Callable[[dict], None] | None = None,
 ) -> dict:
-    """Passes over ``todo`` in shuffled orders; one row per shape and pass."""
+    """Passes over ``todo`` in shuffled orders; one row per shape and pass (``on_pass`` gets the
+    rows so far after each recorded pass, so a killed run keeps its finished passes)."""
     rows, errors = [], []
     t0 = time.perf_counter()
     for rep in range(-1, repeats):  # pass -1: the warm-up, not recorded
@@ -70,6 +77,8 @@ def measure(
         took = time.perf_counter() - start
         log(f"pass {rep:2d}: {len(order)} shapes in {took:.1f} s (elapsed {time.perf_counter() - t0:.1f} s)")
         done = rep + 1
+        if on_pass and done:
+            on_pass({"rows": rows, "errors": errors, "passes": done})
         if done >= min_repeats and time.perf_counter() - t0 + took > budget_s:
             log(f"stopping after {done} recorded passes: budget {budget_s:.0f} s")
             break
@@ -142,12 +151,26 @@ def main() -> None:
     make = synthetic_timer if args.dry_run else cuda_timer
     timer, env = make(split["model"], split["tp"])
     print(f"setup {time.perf_counter() - t0:.1f} s; {len(todo)} shapes; {env.get('name')}", flush=True)
-    res = measure(todo, timer, repeats, min_repeats, args.budget_s, log=lambda *a: print(*a, flush=True))
-    res |= {"environment": env, "config": config, "date": time.strftime("%Y-%m-%d")}
-    res["command"] = "python benchmarks/gpu_step_calib.py " + " ".join(sys.argv[1:])
-    res["wall_s"] = time.perf_counter() - t0
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(res, indent=1))
+    meta = {"environment": env, "config": config, "date": time.strftime("%Y-%m-%d")}
+    meta["command"] = "python benchmarks/gpu_step_calib.py " + " ".join(sys.argv[1:])
+
+    def write(part: dict) -> dict:
+        out = part | meta | {"wall_s": time.perf_counter() - t0}
+        args.out.write_text(json.dumps(out, indent=1))
+        return out
+
+    res = write(
+        measure(
+            todo,
+            timer,
+            repeats,
+            min_repeats,
+            args.budget_s,
+            log=lambda *a: print(*a, flush=True),
+            on_pass=write,
+        )
+    )
     print(
         f"{len(res['rows'])} rows, {res['passes']} passes, {len(res['errors'])} errors, "
         f"wall {res['wall_s']:.1f} s"

@@ -32,20 +32,30 @@ COMMITTED = ROOT / "gpu_replay" / "results" / "transfer-2026-11-26-s4" / "calls-
 PAGE_BYTES = 18 * 64 * 1024
 
 
-def replay_passes(logs: list[str], budget_s: float, tmp: Path) -> dict[str, list[Path]]:
-    """Per-step tables of each log, one per pass; passes over every log until the budget."""
+def cuda_options():
+    """The committed fit's replay options: ``cuda`` row kernel, layer_first, calls isolated."""
     import gpu_calibrate as cal  # stubs the trace readers where pandas is missing
+
+    from gpu_replay.oplog_replay import ReplayOptions
+
+    backend, impl, layout = cal.IMPLS["cuda"]
+    return ReplayOptions(
+        device="cuda", io_backend=backend, impl=impl, layout=layout, write_back=True, isolate_calls=True
+    )
+
+
+def replay_passes(logs: list[str], budget_s: float, tmp: Path, opts=None) -> dict[str, list[Path]]:
+    """Per-step tables of each log, one per pass; passes over every log until the budget
+    (``opts``: :func:`cuda_options` unless given, e.g. a CPU reference replay in the tests)."""
+    import gpu_calibrate  # noqa: F401 - stubs the trace readers where pandas is missing
     import torch
 
-    from gpu_replay.oplog_replay import OpLogReplay, ReplayOptions
+    from gpu_replay.oplog_replay import OpLogReplay
     from gpu_replay.replay_report import summarize, write_table
     from simulator.oplog import read_op_log
 
     calib = ROOT / "gpu_replay" / "calibration"
-    backend, impl, layout = cal.IMPLS["cuda"]
-    opts = ReplayOptions(
-        device="cuda", io_backend=backend, impl=impl, layout=layout, write_back=True, isolate_calls=True
-    )
+    opts = opts or cuda_options()
     tables: dict[str, list[Path]] = {Path(rel).stem: [] for rel in logs}
     t0, rep = time.perf_counter(), -1
     while True:

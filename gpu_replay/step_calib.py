@@ -182,16 +182,18 @@ def fitted_profile(report: dict, env: dict, command: str, date: str) -> dict:
     kept = {k: v for k, v in prof["coefficients"].items() if k not in STEP_KEYS}
     prof["coefficients"] = {**res["coefficients"], **kept}
     held = res["heldout"]
+    prof["name"] = f"{report['gpu'].lower()}-{report['model'].lower()}-tp{report['tp']}-fitted"
     prov = prof["provenance"]
-    prov["kind"] = "fitted"
-    prov["date"] = date
-    prov["tool"] = command
+    prov |= {"kind": "fitted", "gpu": report["gpu"], "date": date}
+    prov["tool"] = f"{prov['tool']}; {command}"  # the all-reduce and transfer commands still apply
     prov["source"] = (
-        f"{env.get('name')} (driver {env.get('driver')}), torch {env.get('torch')}, CUDA {env.get('cuda')}, "
-        f"host {env.get('host')}; all-reduce and hicache_transfer kept from the committed profile"
+        f"step coefficients: {env.get('name')} (driver {env.get('driver')}), torch {env.get('torch')}, "
+        f"CUDA {env.get('cuda')}, host {env.get('host')}; all-reduce and hicache_transfer kept from the "
+        f"earlier profile ({prov['source']})"
     )
     cv = ", ".join(f"{n} {v['median_abs_pct']:.2f}%" for n, v in report["cv"].items())
-    prov["notes"] = (
+    notes = prov["notes"].split("[step form] ")[0].rstrip()
+    prov["notes"] = f"{notes} [step form] " + (
         f"Step form '{report['chosen']}' chosen by the pre-registered rule (gpu_replay/calibration/"
         f"step_calib.json): leave-one-shape-out CV on {len(res['fit']['rows'])} fit shapes, each the "
         f"median of >= {min(s['repeats'] for s in report['repeat_stats'])} interleaved repeats on one "

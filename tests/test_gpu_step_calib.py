@@ -91,9 +91,13 @@ def test_passes_interleave_every_shape_and_skip_the_warmup():
     orders = [tuple(r["a"] for r in res["rows"] if r["rep"] == k) for k in range(4)]
     assert all(sorted(o) == [1, 2, 3, 4, 5] for o in orders) and len(set(orders)) > 1
     assert seen[:5] != [r["a"] for r in res["rows"][:5]] or len(set(orders)) > 1
-    # past the budget it stops, but never before the minimum number of passes
-    res = gsc.measure(todo, lambda p, a, b: {"total_s": 1.0}, 7, 3, -1.0, log=lambda *a: None)
-    assert res["passes"] == 3
+    # past the budget it stops, but never before the minimum number of passes; each finished
+    # pass is handed on (written to disk by the script)
+    passes = []
+    res = gsc.measure(
+        todo, lambda p, a, b: {"total_s": 1.0}, 7, 3, -1.0, log=lambda *a: None, on_pass=passes.append
+    )
+    assert res["passes"] == 3 and [p["passes"] for p in passes] == [1, 2, 3]
 
 
 def test_cuda_timer_calls_the_step_time_operators(monkeypatch):
@@ -142,7 +146,12 @@ def test_fit_and_heldout_scores_on_synthetic_measurements():
     prof = sc.fitted_profile(
         report, {"name": "GPU", "driver": "1", "torch": "2", "cuda": "3"}, "cmd", "2026-11-27"
     )
-    assert prof["provenance"]["kind"] == "fitted" and prof["provenance"]["tool"] == "cmd"
+    prov = prof["provenance"]
+    assert (
+        prov["kind"] == "fitted" and prov["tool"].endswith("; cmd") and "gpu_replay.step_fit" in prov["tool"]
+    )
+    assert prov["notes"].count("[step form]") == 1 and "'tiles_prefill'" in prov["notes"]
+    assert prov["source"].startswith("step coefficients: GPU (driver 1), torch 2, CUDA 3")
     assert prof["coefficients"]["moe_tile_tokens"] == 128.0 and "allreduce_bus_gbps" in prof["coefficients"]
     assert "moe_decode_tile_tokens" not in prof["coefficients"]
 
@@ -184,3 +193,18 @@ def test_transfer_check_scores_the_committed_fit_on_another_machine():
     assert [got["per_call_s"], got["per_page_s"]] == pytest.approx(sim)
     own = json.loads((table.parent / "transfer_fit.json").read_text())["calls-h100m2-cuda-iso"]["chosen"]
     assert res["this_machine"]["heldout"]["median_abs_pct"] == pytest.approx(own["heldout"]["median_abs_pct"])
+
+
+def test_transfer_replay_passes_run_on_cpu_torch(tmp_path):
+    """The replay loop of the device call, on CPU torch (reference copies, one layer)."""
+    from gpu_replay import transfer_model as tm
+    from gpu_replay.oplog_replay import ReplayOptions
+
+    logs = [SPLIT_DATA["oplogs"]["heldout"][0], SPLIT_DATA["oplogs"]["fit"][0]]
+    opts = ReplayOptions(device="cpu", write_back=True, layers=1, verify="none")
+    tables = gtc.replay_passes(logs, 0.0, tmp_path, opts)
+    assert {k: len(v) for k, v in tables.items()} == {Path(p).stem: 1 for p in logs}
+    res = gtc.score(tm.compact_calls(tables, tmp_path / "calls-cpu-cuda-iso.csv.gz"), SPLIT_DATA)
+    held = res["committed_cv_form"]["heldout"]
+    assert res["repeats"] == 1 and list(held["per_log"]) == [Path(logs[0]).stem]
+    assert held["median_abs_pct"] > 0 and "this_machine" not in res  # one fit log: no own fit
