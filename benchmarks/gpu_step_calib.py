@@ -17,6 +17,7 @@ benchmarks/gpu_step_time.py's: prefill steps eager (``step``), decode steps from
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import platform
@@ -102,6 +103,7 @@ def cuda_timer(model: str, tp: int) -> tuple[Timer, dict]:
                 row = st.step(ops, r, a, ops.attn_prefill(a, b), ops.attn_prefill_swa(a), 1)
                 return row | {"total_s": row["step_s"]}
             row = st.decode_graph_step(ops, r, a, b)
+            gc.collect()  # free the two captured graphs' pools before the next shape
             return row | {"total_s": row["step_graph_s"]}
         finally:
             torch.cuda.empty_cache()
