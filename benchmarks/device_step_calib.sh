@@ -31,11 +31,11 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFER
         --format=csv || true
     "$PY" -c "import torch, numpy; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'numpy', numpy.__version__)"
     echo "== steps (measure)"
-    timeout 270 "$PY" benchmarks/gpu_step_calib.py --out "$OUT/steps.json" --budget-s 200 "${DRY[@]}"
+    timeout 270 "$PY" benchmarks/gpu_step_calib.py --out "$OUT/steps.json" --budget-s 200 ${DRY[@]+"${DRY[@]}"}
     echo "rc $? at ${SECONDS} s"
     echo "== steps (fit, held-out scored once after the choice)"
     timeout 150 "$PY" -m gpu_replay.step_calib --measurements "$OUT/steps.json" --out "$OUT" \
-        --workers "$(nproc)" "${FIT[@]}"
+        --workers "$(nproc)" ${FIT[@]+"${FIT[@]}"}
     echo "rc $? at ${SECONDS} s"
     nvidia-smi --query-gpu=clocks.sm,temperature.gpu,power.draw --format=csv || true
     left=$((465 - SECONDS))
@@ -43,7 +43,7 @@ export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 PYTHONUNBUFFER
         echo "== transfers (op-log replays, cuda row kernel, isolated calls; ${left} s left)"
         budget=$((left - 45 < 120 ? left - 45 : 120))
         timeout "$left" "$PY" benchmarks/gpu_transfer_check.py --out "$OUT" --budget-s "$budget" \
-            "${TRANSFER[@]}"
+            ${TRANSFER[@]+"${TRANSFER[@]}"}
         echo "rc $? at ${SECONDS} s"
     else
         echo "== transfers skipped: ${left} s left"
