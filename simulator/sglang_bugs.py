@@ -23,6 +23,11 @@ class SGLangCrash(KvplanError):
     """The simulated server stopped where SGLang 0.5.23's own scheduler stops (its bug)."""
 
 
+class PoolLeakError(ValueError):
+    """The idle pool-conservation check failed (``SchedulerInvariantChecker._report_leak``):
+    SGLang raises ValueError there (``raise_error_or_warn``, strict by default)."""
+
+
 def swa_double_chunk_condition(
     swa_tokens: int, chunked_prefill_size: int | None, page_size: int, hybrid: bool
 ) -> bool:
@@ -60,15 +65,20 @@ def warn_if_sglang_misbehaves(
         warnings.warn(swa_double_chunk_message(swa_tokens, chunked_prefill_size, page_size), stacklevel=2)
 
 
-def raise_if_sglang_crash(exc: AssertionError, pools, now: float) -> None:
-    """A pool-conservation assert on a configuration of the bug is SGLang's crash, reproduced:
-    raise it as :class:`SGLangCrash` (one line, exit status 1). Elsewhere it is kvplan's own bug,
-    and the caller re-raises it."""
+def raise_if_sglang_crash(exc: AssertionError | PoolLeakError, pools, now: float) -> None:
+    """A pool-conservation assert, or the idle leak check, on a configuration of the bug is
+    SGLang's crash, reproduced: raise it as :class:`SGLangCrash` (one line, exit status 1).
+    Elsewhere it is kvplan's own bug, and the caller re-raises it."""
     if swa_double_chunk_condition(
         pools.swa_tokens, pools.chunked_prefill_size, pools.page_size, pools.hybrid
     ):
+        where = (
+            "SGLang 0.5.23's idle leak check raises too"
+            if isinstance(exc, PoolLeakError)
+            else "SGLang 0.5.23's SWA allocator asserts too"
+        )
         raise SGLangCrash(
             f"the simulated server stopped at t={now:.3f} s ({type(exc).__name__}: {exc}) where "
-            "SGLang 0.5.23's SWA allocator asserts too (its double-truncation bug): "
+            f"{where} (its double-truncation bug): "
             + _condition(pools.swa_tokens, pools.chunked_prefill_size, pools.page_size)
         ) from exc

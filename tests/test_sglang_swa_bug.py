@@ -78,3 +78,17 @@ def test_run_warns_and_stops_where_sglang_crashes():
     assert WARNING in r.stderr
     assert "kvplan: error: the simulated server stopped at t=" in r.stderr
     assert "SGLang 0.5.23's SWA allocator asserts too" in r.stderr
+
+
+def test_an_idle_leak_on_a_bug_configuration_is_sglangs_crash():
+    """``kvplan run``: the idle leak check (``PoolLeakError``, SGLang's ValueError) on a
+    configuration of the bug is reported as SGLang's own stop; elsewhere it stays kvplan's bug."""
+    from types import SimpleNamespace
+
+    from simulator.sglang_bugs import PoolLeakError, SGLangCrash, raise_if_sglang_crash
+
+    bug = SimpleNamespace(swa_tokens=400, chunked_prefill_size=512, page_size=1, hybrid=True)
+    with pytest.raises(SGLangCrash, match="idle leak check raises too"):
+        raise_if_sglang_crash(PoolLeakError("pool memory leak detected! [swa] ..."), bug, 1.5)
+    fine = SimpleNamespace(swa_tokens=4000, chunked_prefill_size=512, page_size=1, hybrid=True)
+    assert raise_if_sglang_crash(PoolLeakError("pool memory leak detected!"), fine, 1.5) is None

@@ -80,3 +80,37 @@ def test_step_replay_cli_stops_at_max_steps(tmp_path):
     assert "stalls here too" in res.stderr and "SWA allocator" not in res.stderr
     res = CliRunner().invoke(app, [*args, "--max-steps", "0"])
     assert res.exit_code == 2 and "--max-steps" in res.output
+
+
+def test_idle_leak_check_stops_the_swa_bug_run_where_sglang_does():
+    """SGLang's SWA double-truncation bug (SWA 400, window 128, chunk 512; large generated
+    workload 1001, plain loop) leaves the SWA pool's counters broken without any over-free: all
+    24 requests finish, and at the first fully idle pass (step 911) available 4 + evictable 676
+    exceeds the pool's 400. SGLang 0.5.23's ``on_idle`` leak check raises ValueError there before
+    resetting the ratio (its oracle: 0 differences from kvplan up to that step); kvplan ran on,
+    reset the ratio and reported a negative ``swa_used``. The check passes on every other idle
+    pass (the idle-gap test above)."""
+    knobs = StepKnobs(swa_tokens=400, window=128, disable_overlap_schedule=True, max_steps=3000)
+    lines = run_lines(generate(1001, style="mixed", shape=LARGE), knobs)
+    steps = [x for x in lines if x["type"] == "step"]
+    last = steps[-1]
+    assert last["step"] == 911 and last["kind"] == "idle" and last["fully_idle"]
+    assert last["crash"]["error"].startswith("ValueError: pool memory leak detected! [full] total=4096")
+    assert "[swa] total=400, available=4, evictable=676, protected=0" in last["crash"]["error"]
+    assert last["new_token_ratio"] != 0.7  # the reset comes after the check: never reached
+    assert all(r["finish_step"] is not None for r in lines if r["type"] == "request")
+
+
+def test_no_idle_leak_check_in_the_pass_the_oracle_never_runs():
+    """Overlap loop, same pools, large workload 1063: the SWA counters are broken at the end too
+    (step 1103, the first batch-less pass, ``swa_used`` -190), but under overlap ``on_idle`` runs
+    only at the second batch-less pass, and there the oracle's loop has already exited (every
+    request finished, nothing in flight): SGLang raises nothing (0 errors, 1104 steps). kvplan's
+    server still ran that pass and its leak check raised."""
+    knobs = StepKnobs(swa_tokens=400, window=128, max_steps=3000)
+    lines = run_lines(generate(1063, style="mixed", shape=LARGE), knobs)
+    steps = [x for x in lines if x["type"] == "step"]
+    assert lines[-1].get("crashed") is None and len(steps) == 1104
+    assert (
+        steps[-1]["kind"] == "idle" and steps[-1]["swa_used"] == -190 and steps[-1].get("fully_idle") is None
+    )

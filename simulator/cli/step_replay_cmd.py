@@ -103,6 +103,11 @@ def _why(crash: dict, knobs: StepKnobs) -> str:
             "SGLang 0.5.23 stalls here too: it has no abort for a queue head that can never be admitted, "
             "so its loop passes idle until the oracle's --max-steps"
         )
+    if crash["error"].startswith("ValueError: pool memory leak detected"):
+        return (
+            "SGLang 0.5.23's idle leak check raises there too: "
+            "its SWA double-truncation bug breaks the pools' accounting"
+        )
     if swa_double_chunk_condition(
         knobs.swa_pool or 0, knobs.chunked_prefill_size, knobs.page_size, not knobs.no_swa
     ):

@@ -45,6 +45,7 @@ from simulator.engine.step_costs import StepCosts
 from simulator.engine.waiting_queue import WaitingQueue
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
+from simulator.sglang_bugs import PoolLeakError
 
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
@@ -250,8 +251,13 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         self._wakeup = None
 
     def _on_idle(self) -> None:
-        """``Scheduler.on_idle`` when ``is_fully_idle``: the new-token ratio goes back to its
-        initial value (``new_token_ratio_tracker.reset``, managers/scheduler.py)."""
+        """``Scheduler.on_idle`` when ``is_fully_idle`` (managers/scheduler.py): first the pool
+        leak check (``invariant_checker._check_all_pools``; SGLang raises ValueError on a leak,
+        before the reset), then the new-token ratio goes back to its initial value
+        (``new_token_ratio_tracker.reset``)."""
+        leak = self.cache.idle_leak()
+        if leak is not None:
+            raise PoolLeakError(leak)
         self.ratio.reset()
 
     # ------------------------------------------------------------------ completion

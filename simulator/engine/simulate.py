@@ -18,7 +18,7 @@ from simulator.engine.server import ServerModel, ServerPools, StuckSimulation
 from simulator.errors import ConfigError
 from simulator.gpus import get_gpu
 from simulator.models import load_model
-from simulator.sglang_bugs import raise_if_sglang_crash, warn_if_sglang_misbehaves
+from simulator.sglang_bugs import PoolLeakError, raise_if_sglang_crash, warn_if_sglang_misbehaves
 from traces.load import return_freed_memory
 
 
@@ -125,7 +125,7 @@ def simulate(
     with collector_skips_older_objects():
         try:
             env.run()
-        except AssertionError as exc:  # a pool over-freed: SGLang's own crash where it has one
+        except (AssertionError, PoolLeakError) as exc:  # SGLang's own crash where it has one
             raise_if_sglang_crash(exc, pools, env.now)
             raise
     if server.completed < n:

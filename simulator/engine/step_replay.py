@@ -21,6 +21,7 @@ from simulator.engine.observer import ServerObserver
 from simulator.engine.server import ServerModel
 from simulator.engine.server_state import WAITING_PREFIX_REFRESH_INTERVAL, ServerPools
 from simulator.engine.step_workload import PageKeys, StepKnobs, StepRow, sim_request
+from simulator.sglang_bugs import PoolLeakError
 
 STEP_KEYS = (
     "type", "step", "kind", "rids", "chunked", "extend_lens", "prefix_lens", "retracted", "finished",
@@ -100,9 +101,11 @@ class StepServer(ServerModel):
         super()._abort(req, detail)
 
     def _on_idle(self) -> None:
-        super()._on_idle()
-        if self.rec.cur is not None:
+        if self.rec.exited:  # the oracle's loop exited before this pass: it runs no on_idle
+            return
+        if self.rec.cur is not None:  # recorded before on_idle runs, as the oracle's wrapper does
             self.rec.cur["fully_idle"] = True
+        super()._on_idle()
 
     def _prepare_decode(self):
         batch = super()._prepare_decode()
@@ -138,6 +141,7 @@ class StepRecorder(ServerObserver):
         self.last_kind = "idle"  # the kind of the last closed step (none yet: no batch)
         self.steps: list[dict] = []
         self.done = False
+        self.exited = False  # the oracle's loop exited at the top of this pass (see on_pass)
         self.crashed: dict | None = None  # the server raised (SGLang's loop would have died)
         self.stopped = False  # the run reached max_steps
 
@@ -170,7 +174,7 @@ class StepRecorder(ServerObserver):
         if self.cur is not None:
             self._close()
             if not self.pending and srv.idle and not self.steps[-1]["running"] and not srv.in_flight:
-                self.done = True  # the oracle's loop exits here; this pass is not recorded
+                self.done = self.exited = True  # the oracle's loop exits here; this pass is not recorded
                 return
         self.step += 1
         self.cur = dict(type="step", step=self.step, kind="idle", rids=[], chunked=None, extend_lens=None,
@@ -303,7 +307,8 @@ class StepRecorder(ServerObserver):
             for f in frames
             if "simulator/" in f.filename
         ][-4:]
-        self.crashed = dict(step=self.step, error=f"{type(exc).__name__}: {exc}", where=where)
+        name = "ValueError" if isinstance(exc, PoolLeakError) else type(exc).__name__  # SGLang's type
+        self.crashed = dict(step=self.step, error=f"{name}: {exc}", where=where)
         if self.cur is not None:
             self.cur["crash"] = self.crashed
 
@@ -401,10 +406,11 @@ def replay(rows: list[StepRow], knobs: StepKnobs, emit=None, eos_id: int = -1) -
     srv.cache._evict = counting_evict
     try:
         env.run()
-    except AssertionError as exc:
+    except (AssertionError, PoolLeakError) as exc:
         # the allocator's conservation check (kv_allocator: a pool freed past its size) stands
-        # for SGLang's (allocator/swa.py: SWATokenToKVPoolAllocator.free_group_end); SGLang's
-        # loop dies there, and the oracle records the step and stops (its ``crash`` key)
+        # for SGLang's (allocator/swa.py: SWATokenToKVPoolAllocator.free_group_end), the idle
+        # leak check for its on_idle one; SGLang's loop dies there, and the oracle records the
+        # step and stops (its ``crash`` key)
         rec.crash(exc)
     except RuntimeError as exc:
         if not rec.stopped:

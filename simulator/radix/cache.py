@@ -60,6 +60,7 @@ class SWACacheController(ABC):
 
     tree: UnifiedSWARadixTree | LegacySWARadixTree
     decode_memory_check = False
+    hybrid = True  # FULL + SWA pools; False: a full-attention model (build_controller)
 
     def __init__(self, allocator: SWAKVAllocator, window: int) -> None:
         self.allocator = allocator
@@ -102,6 +103,25 @@ class SWACacheController(ABC):
             full_available=a.full_available_size(),
             swa_available=a.swa_available_size(),
         )
+
+    def idle_leak(self) -> str | None:
+        """SGLang's pool-conservation check of a fully idle server (``Scheduler.on_idle`` ->
+        ``SchedulerInvariantChecker._check_all_pools``, managers/scheduler_components/
+        invariant_checker.py): available + evictable + protected must be each pool's size, FULL
+        and, on a hybrid model, SWA (kvplan holds no session or uncached tokens). SGLang's
+        double-truncation bug breaks it; with ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE`` (on by
+        default) SGLang then raises ValueError. The leak's message in SGLang's form, or None."""
+        s, (full_cap, swa_cap) = self.sizes(), self.capacity()
+        pools = [("full", full_cap)] + ([("swa", swa_cap)] if self.hybrid else [])
+        parts, leak = [], False
+        for name, total in pools:
+            avail, ev, prot = s[f"{name}_available"], s[f"{name}_evictable"], s[f"{name}_protected"]
+            leak |= avail + ev + prot != total
+            parts.append(
+                f"[{name}] total={total}, available={avail}, evictable={ev}, protected={prot}, "
+                "session_held=0, uncached=0"
+            )
+        return "pool memory leak detected! " + "\n".join(parts) if leak else None
 
     # ------------------------------------------------------------ eviction
     @abstractmethod
@@ -528,6 +548,8 @@ def build_controller(
     cache = make_cache(
         tombstone_policy, SWAKVAllocator(full_tokens, swa_tokens, page_size), window, eviction_order
     )
-    if not hybrid and isinstance(cache, UnifiedSWACache):
-        cache.split_at_prompt = True
+    if not hybrid:
+        cache.hybrid = False
+        if isinstance(cache, UnifiedSWACache):
+            cache.split_at_prompt = True
     return cache
