@@ -46,7 +46,7 @@ class HiCacheReplayConfig:
     head_dim: int = 4
     dtype_bytes: int = 4
     check_invariants: bool = False
-    # record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) on host page ids
+    # record every memory op on device and host page ids (docs/op-log.md)
     record_ops: bool = False
     # the L3 tier (--hicache-storage-backend file|sim) and its prefetch knobs
     storage_backend: str | None = None
@@ -95,6 +95,10 @@ class HiCacheController(UnifiedSWACache):
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order, policy, host: tuple[int, int]):
         super(UnifiedSWACache, self).__init__(allocator, window)
         self.tree = HiCacheTree(allocator.page_size, window, allocator, eviction_order, policy, *host)
+
+    def start_recording(self, need_sort: bool = False):
+        """Record every memory op with device and host page ids (empty pools only)."""
+        return self.tree.start_recording(self.allocator.start_recording(need_sort))
 
     def match(self, req: ReqKV) -> None:
         """``match_kv_cache`` with host hits: device prefix, host hits and both boundaries."""
@@ -157,7 +161,7 @@ def replay_hicache(workload: Sequence, cfg: HiCacheReplayConfig) -> dict:
     """Serve ``workload`` (:class:`~simulator.cache_replay.WorkloadRequest`) in order; the
     oracle's short-form records and ``counts``."""
     cache = build_hicache(cfg)
-    ops = cache.tree.start_recording() if cfg.record_ops else None
+    ops = cache.start_recording() if cfg.record_ops else None
     swa_policy = make_swa_eviction(cfg.swa_eviction)
     state = {"forward": 0}
     records = [_serve(cache, swa_policy, w, cfg, state) for w in workload]
