@@ -43,9 +43,15 @@ class OpKind(IntEnum):
     LOAD_H2D = 11  # allocate device pages and copy the host pages into them (host pages stay)
     HOST_FREE = 12  # free host pages
     DEMOTE = 13  # free a backed-up node's device pages (FULL and SWA peers), keep its host pages
+    STORAGE_PREFETCH = 14  # allocate ``count`` host pages and read L3 storage pages into them
 
 
-HICACHE_KINDS = frozenset({OpKind.BACKUP_D2H, OpKind.LOAD_H2D, OpKind.HOST_FREE, OpKind.DEMOTE})
+HICACHE_KINDS = frozenset(
+    {OpKind.BACKUP_D2H, OpKind.LOAD_H2D, OpKind.HOST_FREE, OpKind.DEMOTE, OpKind.STORAGE_PREFETCH}
+)
+# kinds that allocate host pages
+HOST_ALLOCS = frozenset({OpKind.BACKUP_D2H, OpKind.STORAGE_PREFETCH})
+
 # kinds that release pages; the pools they touch: (FULL, SWA)
 FREES_FULL = frozenset({OpKind.FREE, OpKind.FREE_FULL, OpKind.EVICT, OpKind.DEMOTE})
 FREES_SWA = frozenset(
@@ -148,7 +154,7 @@ class MemoryOpExecutor:
         executor has device pages, the device side (see :func:`apply_hicache_device`)."""
         pool = self.host.pools[op.bound] if self.host is not None else None
         k = op.kind
-        if k == OpKind.BACKUP_D2H and pool is not None:
+        if k in HOST_ALLOCS and pool is not None:
             pages = pool.alloc(op.count)
             if pages is None:
                 raise AssertionError(f"host pool {op.bound} cannot allocate {op.count} pages")
@@ -159,7 +165,7 @@ class MemoryOpExecutor:
             pool.free(op.host)
         elif pool is not None and not pool.used[op.host].all():  # LOAD_H2D / DEMOTE
             raise AssertionError(f"{k.name} of host pages that are not allocated")
-        if self.pages is not None and k != OpKind.HOST_FREE:
+        if self.pages is not None and k not in (OpKind.HOST_FREE, OpKind.STORAGE_PREFETCH):
             op = apply_hicache_device(self.pages, op)
         return op
 
@@ -211,13 +217,17 @@ def _with(op: MemoryOp, **changes) -> MemoryOp:
     return MemoryOp(**d)
 
 
-def check_op_stream(ops: list[MemoryOp], full_pages: int, swa_pages: int, page_size: int) -> list[str]:
+def check_op_stream(
+    ops: list[MemoryOp], full_pages: int, swa_pages: int, page_size: int, host_pages: tuple | None = None
+) -> list[str]:
     """Replay ``ops`` on fresh pools and list what breaks SGLang's allocator invariants: a page
     freed twice or never allocated, an allocation SGLang would hand out differently, a group
     left open. (The invariant checker of :mod:`simulator.invariants` checks the tree; this is
-    its counterpart for records, kept here so it reads them without the tree.)"""
+    its counterpart for records, kept here so it reads them without the tree.) ``host_pages``:
+    the (FULL, SWA) HiCache host pools, whose double frees the host state itself rejects."""
     errors: list[str] = []
-    ex = MemoryOpExecutor(SWAPageState(full_pages, swa_pages, page_size), keep=False)
+    host = HostPageState(*host_pages) if host_pages else None
+    ex = MemoryOpExecutor(SWAPageState(full_pages, swa_pages, page_size), keep=False, host=host)
     full_live = np.zeros(full_pages + 1, dtype=bool)
     swa_live = np.zeros(swa_pages + 1, dtype=bool)
     for i, op in enumerate(ops):
@@ -228,10 +238,11 @@ def check_op_stream(ops: list[MemoryOp], full_pages: int, swa_pages: int, page_s
         except (AssertionError, NotImplementedError, IndexError) as exc:
             errors.append(f"record {i} ({op.kind.name}, step {op.step}, {op.reason}): {exc}")
             break
-        if got.kind == OpKind.ALLOC:
-            if full_live[got.full].any() or swa_live[got.swa].any():
+        if got.kind == OpKind.ALLOC or got.kind == OpKind.LOAD_H2D:
+            new_full = got.full if got.kind == OpKind.ALLOC or got.bound == 0 else got.full[:0]
+            if full_live[new_full].any() or swa_live[got.swa].any():
                 errors.append(f"record {i}: allocates a page that is in use")
-            full_live[got.full] = True
+            full_live[new_full] = True
             swa_live[got.swa] = True
         if got.kind in FREES_FULL:
             full_live[got.full] = False

@@ -60,8 +60,6 @@ class HiCacheReplayConfig:
     storage_op_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.storage_backend is not None and self.record_ops:
-            raise ConfigError("recording host memory ops with an L3 tier is not modelled yet")
         if self.window + self.page_size >= self.swa_tokens:
             raise ConfigError(f"SWA pool of {self.swa_tokens} tokens cannot hold window {self.window}")
         if self.hicache_size <= 0 and self.hicache_ratio <= 0:
