@@ -22,13 +22,20 @@ CASES = [
 ]
 
 
-def _run(policy: str, page: int, ratio: float, seed: int, record: bool) -> dict:
+L3_CASES = [  # the oracle's L3 CI configurations (page 16, prefetch threshold 64)
+    ("write_through", 1.0, "wait_complete", 8),
+    ("write_through_selective", 1.0, "best_effort", 20),
+    ("write_back", 2.0, "wait_complete", 20),
+]
+
+
+def _run(policy: str, page: int, ratio: float, seed: int, record: bool, max_conv: int = 8, **l3) -> dict:
     pools = HiPools(page, 1024, 512, 64)
-    reqs = hicache_workload(pools, seed)
+    reqs = hicache_workload(pools, seed, max_conv)
     work = requests_from_tokens([(r["rid"], r["input_ids"], r["output_ids"]) for r in reqs], page)
     cfg = HiCacheReplayConfig(
         page_size=page, full_tokens=1024, swa_tokens=512, window=64, write_policy=policy,
-        hicache_ratio=ratio, record_ops=record, check_invariants=True,
+        hicache_ratio=ratio, record_ops=record, check_invariants=True, **l3,
     )  # fmt: skip
     return replay_hicache(work, cfg)
 
@@ -86,6 +93,24 @@ def test_recording_changes_nothing(policy: str, page: int, ratio: float) -> None
     b = _run(policy, page, ratio, 7, record=True)
     assert a["requests"] == b["requests"] and a["counts"] == b["counts"]
     assert a["final_sizes"] == b["final_sizes"] and a["tree"] == b["tree"]
+
+
+@pytest.mark.parametrize(("policy", "ratio", "prefetch", "max_conv"), L3_CASES)
+def test_l3_prefetch_records_replay_and_change_nothing(policy: str, ratio: float, prefetch: str, max_conv: int) -> None:
+    """With the L3 tier, prefetched host slots are STORAGE_PREFETCH records and the nodes they
+    become carry their host page ids through splits, tails and SWA staging."""
+    l3 = dict(storage_backend="sim", prefetch_policy=prefetch, prefetch_threshold=64)
+    kinds: set[OpKind] = set()
+    for seed in range(3):
+        res = _run(policy, 16, ratio, seed, True, max_conv, **l3)
+        ex = res["ops"]
+        kinds |= {op.kind for op in ex.ops}
+        assert _replays_to(ex, ex.ops)
+        assert int(ex.host.pools[0].used.sum()) * 16 == res["final_sizes"]["host_full_used"]
+        assert int(ex.host.pools[1].used.sum()) * 16 == res["final_sizes"]["host_swa_used"]
+        plain = _run(policy, 16, ratio, seed, False, max_conv, **l3)
+        assert plain["requests"] == res["requests"] and plain["counts"] == res["counts"]
+    assert {OpKind.STORAGE_PREFETCH, OpKind.LOAD_H2D, OpKind.HOST_FREE} <= kinds
 
 
 @pytest.mark.parametrize("policy", ["write_through", "write_back"])
