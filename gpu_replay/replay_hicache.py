@@ -80,7 +80,9 @@ class HiCacheData:
             if pool is not None:
                 live.swa_serial_of_full[got.full] = pool.serial[got.swa]
 
-    def _copy(self, name: str, pool: ReplayPool, dev: np.ndarray, host: np.ndarray, direction: str, row) -> None:
+    def _copy(
+        self, name: str, pool: ReplayPool, dev: np.ndarray, host: np.ndarray, direction: str, row
+    ) -> None:
         """One transfer call of every replayed layer, K and V, timed as a backup or a load."""
         o, page = self.replay.options, pool.geo.page_size
         idx_dev = pool.dev.k[0].device if o.io_backend == "kernel" else "cpu"

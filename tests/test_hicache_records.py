@@ -70,7 +70,9 @@ def _replays_to(ex: MemoryOpExecutor, ops: list[MemoryOp]) -> bool:
 
 
 @pytest.mark.parametrize(("policy", "page", "ratio"), CASES)
-def test_replaying_records_reproduces_device_and_host_free_lists(policy: str, page: int, ratio: float) -> None:
+def test_replaying_records_reproduces_device_and_host_free_lists(
+    policy: str, page: int, ratio: float
+) -> None:
     kinds: set[OpKind] = set()
     for seed in range(4):
         res = _run(policy, page, ratio, seed, record=True)
@@ -96,7 +98,9 @@ def test_recording_changes_nothing(policy: str, page: int, ratio: float) -> None
 
 
 @pytest.mark.parametrize(("policy", "ratio", "prefetch", "max_conv"), L3_CASES)
-def test_l3_prefetch_records_replay_and_change_nothing(policy: str, ratio: float, prefetch: str, max_conv: int) -> None:
+def test_l3_prefetch_records_replay_and_change_nothing(
+    policy: str, ratio: float, prefetch: str, max_conv: int
+) -> None:
     """With the L3 tier, prefetched host slots are STORAGE_PREFETCH records and the nodes they
     become carry their host page ids through splits, tails and SWA staging."""
     l3 = dict(storage_backend="sim", prefetch_policy=prefetch, prefetch_threshold=64)

@@ -207,8 +207,7 @@ def _print(s: dict, out: Path) -> None:
     if s["load_pages"]:
         typer.echo(
             f"  HiCache loads (H->D): {s['load_pages']} pages, {s['load_bytes'] / gb:.3f} GB "
-            f"in {s['load_s'] * 1e3:.2f} ms"
-            + (f" ({s['load_gbps']:.1f} GB/s)" if s["load_gbps"] else "")
+            f"in {s['load_s'] * 1e3:.2f} ms" + (f" ({s['load_gbps']:.1f} GB/s)" if s["load_gbps"] else "")
         )
     per = s["mem_s_per_step"]
     if per:

@@ -140,7 +140,9 @@ class HostInsert:
                 if cur.parent is not None:
                     tree._update_leaf(cur.parent)
             elif fill_len > 0:
-                self._release_swa(fill_len, _cut(ids, (fill_start - loaded_start) // p, (pos - loaded_start) // p))
+                self._release_swa(
+                    fill_len, _cut(ids, (fill_start - loaded_start) // p, (pos - loaded_start) // p)
+                )
             pos = node_start
             cur = cur.parent
         if pos > loaded_start:

@@ -189,7 +189,9 @@ class HostPool:
     def used(self) -> int:
         return self.capacity - self.free
 
-    def alloc(self, n: int, device: np.ndarray = _NO_IDS, kind: OpKind = OpKind.BACKUP_D2H) -> np.ndarray | None:
+    def alloc(
+        self, n: int, device: np.ndarray = _NO_IDS, kind: OpKind = OpKind.BACKUP_D2H
+    ) -> np.ndarray | None:
         """``HostKVCache.alloc``: all or nothing; the host page ids (empty unless recording)
         or None. While recording, a ``kind`` record (a backup of the device FULL pages
         ``device``, or their SWA peers for the SWA pool)."""

@@ -35,7 +35,6 @@ from simulator.radix.hicache_insert_host import HostInsert, _cut
 from simulator.radix.hicache_node import HNode, HostLockReceipt
 from simulator.radix.hicache_storage import KV, SWA, PageStore, page_hash_chain
 
-
 _PREFETCH = OpKind.STORAGE_PREFETCH  # host slots filled from L3 (recording)
 
 

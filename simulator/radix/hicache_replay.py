@@ -192,6 +192,7 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     storage = tree.storage
     if storage is not None:
         storage.arrive(cache, req)  # Scheduler._prefetch_kvcache at queue entry
+    cache.begin_step(state["forward"])  # records carry the forward iteration (recording only)
     tree.check_hicache_events()
     span = (0, None)
     if storage is not None:
@@ -229,6 +230,7 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     allocator.free_group_end()
     tree.flush_pending_backups()
     while req.holds_kv:
+        cache.begin_step(state["forward"])
         tree.check_hicache_events()
         cache.check_decode_mem(req)
         swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, state["forward"]))
