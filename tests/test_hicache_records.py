@@ -160,3 +160,28 @@ def test_replay_of_a_wrong_record_fails() -> None:
         ex.apply(MemoryOp(OpKind.BACKUP_D2H, 0, "", host=np.array([0, 1]), count=2, bound=0))
     with pytest.raises(AssertionError):
         ex.apply(MemoryOp(OpKind.LOAD_H2D, 0, "", host=np.array([7]), bound=0))
+
+
+def test_op_log_round_trip_keeps_host_ids_and_reads_version_1(tmp_path) -> None:
+    """Version 2 stores the host page ids (a replay from the file checks every one); a
+    version-1 log, without ``host_*`` arrays, still reads."""
+    import json
+
+    from simulator.oplog import read_op_log, write_recording
+
+    ex = _run("write_back", 16, 2.0, 2, record=True)["ops"]
+    path = write_recording(tmp_path / "hc.npz", ex, window=64)
+    log = read_op_log(path)
+    assert log.header["version"] == 2 and log.header["hicache"]["host_pages"] == [
+        p.num_pages for p in ex.host.pools
+    ]
+    assert [len(op.host) for op in log.ops] == [len(op.host) for op in ex.ops]
+    assert _replays_to(ex, log.ops)
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files if not k.startswith("host_")}
+    header = json.loads(str(arrays["header"]))
+    header["version"] = 1
+    arrays["header"] = np.array(json.dumps(header))
+    old = tmp_path / "v1.npz"
+    np.savez_compressed(old, **arrays)
+    assert all(len(op.host) == 0 for op in read_op_log(old).ops)
