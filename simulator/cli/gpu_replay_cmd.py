@@ -51,7 +51,7 @@ def gpu_replay(
     ] = 1,
     device: Annotated[str, typer.Option("--device", help="cuda or cpu")] = "cuda",
     io_backend: Annotated[
-        str, typer.Option("--io-backend", help="write-back transfers: kernel or direct")
+        str, typer.Option("--io-backend", help="host transfers (HiCache, write-back): kernel or direct")
     ] = "kernel",
     impl: Annotated[str, typer.Option("--impl", help=f"transfer implementation ({_IMPLS})")] = "reference",
     layout: Annotated[
