@@ -12,8 +12,12 @@ What each record does to memory here:
   pages, their data (FULL, and SWA where the leaf still has it) is backed up to the host pool
   with the chosen transfer kernel, as HiCache's ``write_back`` policy does
   (``hiradix_cache.py::HiRadixCache.evict`` -> ``write_backup(node, write_back=True)``);
-- HiCache records (``BACKUP_D2H`` ...): applied to the page ids when the simulator's executor
-  knows them, never moved here; the summary counts them as not replayed.
+- HiCache records (``BACKUP_D2H``, ``LOAD_H2D``, ``DEMOTE``, ``HOST_FREE``,
+  ``STORAGE_PREFETCH``) of a log with host pools (``header.hicache.host_pages``): page ids on
+  the device and host pools, and the data really copied between them
+  (:mod:`gpu_replay.replay_hicache`); freed device pages are then poisoned, so a load that
+  brought nothing back is caught. In a log without host pools they are counted as not
+  replayed.
 
 Page ids change only through the simulator's own executor (:class:`MemoryOpExecutor`), so the
 replay reaches the same pool state as ``simulator.oplog.replay_ops``; beside it the replay keeps
@@ -32,10 +36,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from gpu_replay.replay_hicache import HiCacheData
 from gpu_replay.replay_pools import ReplayPool, pool_geometries
 from gpu_replay.replay_timer import StepTimer
 from simulator.errors import KvplanError
-from simulator.kv_pages import SWAPageState
 from simulator.memory_ops import (
     EVICTION,
     FREES_FULL,
@@ -45,7 +49,7 @@ from simulator.memory_ops import (
     MemoryOpExecutor,
     OpKind,
 )
-from simulator.oplog import OpLog
+from simulator.oplog import OpLog, fresh_executor
 
 __all__ = ["OpLogReplay", "ReplayCheckError", "ReplayOptions", "StepRow"]
 
@@ -73,6 +77,9 @@ class ReplayOptions:
     # synchronize before each timed write-back call, so every call starts on an idle GPU and its
     # time covers its own issue and execution only (not queueing behind earlier work)
     isolate_calls: bool = False
+    # HiCache logs: overwrite freed device pages with a poison tag (a load that copies nothing
+    # then fails the check)
+    poison: bool = True
 
 
 @dataclass
@@ -96,14 +103,18 @@ class StepRow:
     # per backup call, in issue order: its pages and its seconds (the transfer model's fit data)
     backup_call_pages: list[int] = field(default_factory=list)
     backup_call_s: list[float] = field(default_factory=list)
+    load_pages: int = 0  # HiCache load-back (H->D) pages, bytes and transfer calls
+    load_bytes: int = 0
+    load_calls: int = 0
     not_replayed: int = 0
     write_s: float = 0.0
     backup_s: float = 0.0
+    load_s: float = 0.0
     issue_s: float = 0.0
 
     @property
     def mem_s(self) -> float:
-        return self.write_s + self.backup_s
+        return self.write_s + self.backup_s + self.load_s
 
 
 @dataclass
@@ -136,17 +147,20 @@ class OpLogReplay:
         if not str(o.device).startswith("cuda"):
             # small indexed stores: torch's CPU thread pool only adds contention (and noise)
             torch.set_num_threads(1)
-        self.ex = MemoryOpExecutor(
-            SWAPageState(h["full_pages"], h["swa_pages"], h["page_size"], h["need_sort"]), keep=False
-        )
-        host_pages = o.host_pages or max(h["full_pages"], h["swa_pages"]) + 1
-        layout = o.layout if o.write_back else None
+        self.ex = fresh_executor(h)
+        hicache_pages = (h.get("hicache") or {}).get("host_pages")
+        if hicache_pages and o.write_back:
+            raise KvplanError("a HiCache op log replays its own backups; --write-back is for logs without")
+        host_pages = max(hicache_pages) if hicache_pages else None
+        host_pages = host_pages or o.host_pages or max(h["full_pages"], h["swa_pages"]) + 1
+        layout = o.layout if o.write_back or hicache_pages else None
         stacked = o.impl in ("pitched", "cxx_pitched")
         self.pools = {
             g.name: ReplayPool.build(g, o.device, host_layout=layout, stacked=stacked)
             for g in pool_geometries(h, o.layers, host_pages)
         }
         self._movers = self._make_movers() if o.write_back else {}
+        self.hicache = HiCacheData(self, o.poison) if hicache_pages else None
         self._host_next = dict.fromkeys(self.pools, 1)
         self._serial = 0
         n_full, n_swa = h["full_pages"] + 1, h["swa_pages"] + 1
@@ -192,6 +206,13 @@ class OpLogReplay:
     def _apply(self, op: MemoryOp, row: StepRow) -> None:
         row.records += 1
         row.groups += op.kind in (OpKind.GROUP_BEGIN, OpKind.GROUP_END)
+        if op.kind in HICACHE_KINDS and self.hicache is not None:
+            got = self.ex.apply(op)
+            self.replayed[op.kind.name] += 1
+            self.hicache.apply(got, row)
+            self._account(got, row)
+            self.hicache.poison_freed(got)
+            return
         if op.kind in HICACHE_KINDS:
             self.not_replayed[op.kind.name] += 1
             row.not_replayed += 1
@@ -203,6 +224,8 @@ class OpLogReplay:
         got = self.ex.apply(op)
         self.replayed[op.kind.name] += 1
         self._account(got, row)
+        if self.hicache is not None:
+            self.hicache.poison_freed(got)
 
     def _account(self, got: MemoryOp, row: StepRow) -> None:
         live, k = self.live, got.kind

@@ -98,6 +98,8 @@ def summarize(replay: OpLogReplay, rows: list[StepRow], wall_s: float) -> dict:
     backed = sum(r.backup_bytes for r in rows)
     write_s = sum(r.write_s for r in rows)
     backup_s = sum(r.backup_s for r in rows)
+    loaded = sum(r.load_bytes for r in rows)
+    load_s = sum(r.load_s for r in rows)
     sim_s = sum(r.sim_duration_s for r in rows)
     o = replay.options
     return {
@@ -128,10 +130,14 @@ def summarize(replay: OpLogReplay, rows: list[StepRow], wall_s: float) -> dict:
         "backup_bytes": backed,
         "backup_s": backup_s,
         "backup_gbps": backed / backup_s / 1e9 if backup_s else None,
-        "mem_s": write_s + backup_s,
+        "load_pages": sum(r.load_pages for r in rows),
+        "load_bytes": loaded,
+        "load_s": load_s,
+        "load_gbps": loaded / load_s / 1e9 if load_s else None,
+        "mem_s": write_s + backup_s + load_s,
         "mem_s_per_step": _pct(mem),
         "simulated_s": sim_s,
-        "mem_fraction_of_simulated": (write_s + backup_s) / sim_s if sim_s else None,
+        "mem_fraction_of_simulated": (write_s + backup_s + load_s) / sim_s if sim_s else None,
         "checks": replay.checks,
         "verify": o.verify,
         "options": {

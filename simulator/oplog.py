@@ -17,12 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import KvplanError
-from simulator.kv_pages import SWAPageState
-from simulator.memory_ops import MemoryOp, MemoryOpExecutor, OpKind, StepInfo
+from simulator.kv_pages import HostPageState, SWAPageState
+from simulator.memory_ops import HOST_ALLOCS, MemoryOp, MemoryOpExecutor, OpKind, StepInfo
 from traces.output import umask_mode
 
 FORMAT = "kvplan-oplog"
-VERSION = 1
+VERSION = 2  # 2: HiCache records with host page ids (``host_*``); version 1 logs still read
+READS = (1, 2)
 _ARRAYS = {  # name -> dtype kind ("i" int, "f" float, "U" str)
     "op_kind": "i",
     "op_step": "i",
@@ -34,6 +35,8 @@ _ARRAYS = {  # name -> dtype kind ("i" int, "f" float, "U" str)
     "swa_pages": "i",
     "src_offsets": "i",
     "src_pages": "i",
+    "host_offsets": "i",
+    "host_pages": "i",
     "page_steps": "i",
     "reasons": "U",
     "step_index": "i",
@@ -83,6 +86,9 @@ def make_header(
 ) -> dict:
     """Everything a replay needs besides the records: pools, page size, geometry, HiCache."""
     s = executor.pages
+    hicache = dict(hicache or dict(io_backend=None, layout=None, host_pages=None))
+    if executor.host is not None:  # HiCache: (FULL, SWA) host pool pages
+        hicache["host_pages"] = [pool.num_pages for pool in executor.host.pools]
     return dict(
         format=FORMAT,
         version=VERSION,
@@ -92,7 +98,7 @@ def make_header(
         need_sort=s.full.need_sort,
         window=window,
         geometry=geometry,
-        hicache=hicache or dict(io_backend=None, layout=None, host_pages=None),
+        hicache=hicache,
         kinds={k.name: int(k) for k in OpKind},
         source=source or {},
     )
@@ -113,6 +119,7 @@ def write_op_log(path: str | Path, header: dict, ops: list[MemoryOp], steps: lis
     full_off, full = _csr([op.full for op in ops])
     swa_off, swa = _csr([op.swa for op in ops])
     src_off, src = _csr([op.src for op in ops])
+    host_off, host = _csr([op.host for op in ops])
     _, page_steps = _csr(
         [op.page_steps if op.page_steps is not None else np.full(len(op.full), -1, np.int64) for op in ops]
     )
@@ -129,6 +136,8 @@ def write_op_log(path: str | Path, header: dict, ops: list[MemoryOp], steps: lis
         swa_pages=swa,
         src_offsets=src_off,
         src_pages=src,
+        host_offsets=host_off,
+        host_pages=host,
         page_steps=page_steps,
         reasons=np.array(list(reasons), dtype=str) if reasons else np.empty(0, dtype="U1"),
         step_index=np.array([s.step for s in steps], dtype=np.int64),
@@ -182,8 +191,11 @@ def _validate(path: Path, header: dict, a: dict) -> None:
             raise _fail(path, f"header.{key}", "missing")
     if header["format"] != FORMAT:
         raise _fail(path, "header.format", f"{header['format']!r} is not {FORMAT!r}")
-    if header["version"] != VERSION:
-        raise _fail(path, "header.version", f"version {header['version']} unsupported (reader: {VERSION})")
+    if header["version"] not in READS:
+        raise _fail(path, "header.version", f"version {header['version']} unsupported (reader: {READS})")
+    if header["version"] == 1:  # no HiCache host ids yet
+        a.setdefault("host_offsets", np.zeros(len(a.get("op_kind", ())) + 1, dtype=np.int64))
+        a.setdefault("host_pages", np.empty(0, dtype=np.int64))
     for key in ("page_size", "full_pages", "swa_pages"):
         if not isinstance(header[key], int) or header[key] < 1:
             raise _fail(path, f"header.{key}", f"must be a positive integer, got {header[key]!r}")
@@ -196,7 +208,7 @@ def _validate(path: Path, header: dict, a: dict) -> None:
     for name in ("op_step", "op_reason", "op_bound"):
         if len(a[name]) != n:
             raise _fail(path, name, f"has {len(a[name])} entries for {n} records")
-    for pre in ("full", "swa", "src"):
+    for pre in ("full", "swa", "src", "host"):
         off, flat = a[f"{pre}_offsets"], a[f"{pre}_pages"]
         if len(off) != n + 1 or off[0] != 0 or off[-1] != len(flat) or (np.diff(off) < 0).any():
             raise _fail(path, f"{pre}_offsets", "not a valid offset array for its pages")
@@ -215,10 +227,23 @@ def _validate(path: Path, header: dict, a: dict) -> None:
         flat = a[f"{pre}_pages"]
         if len(flat) and (flat.min() < 1 or flat.max() > limit):
             raise _fail(path, f"{pre}_pages", f"page ids must lie in 1..{limit}")
+    _validate_host(path, header, a)
     m = len(a["step_index"])
     for name in ("step_start_s", "step_duration_s"):
         if len(a[name]) != m:
             raise _fail(path, name, f"has {len(a[name])} entries for {m} steps")
+
+
+def _validate_host(path: Path, header: dict, a: dict) -> None:
+    """Host page ids: only HiCache records have them, within the header's host pools."""
+    flat = a["host_pages"]
+    if not len(flat):
+        return
+    pages = (header.get("hicache") or {}).get("host_pages")
+    if not isinstance(pages, list) or len(pages) != 2:
+        raise _fail(path, "header.hicache.host_pages", "HiCache records need [FULL, SWA] host pool pages")
+    if flat.min() < 0 or flat.max() >= max(pages):
+        raise _fail(path, "host_pages", f"host page ids must lie in 0..{max(pages) - 1}")
 
 
 def read_op_log(path: str | Path) -> OpLog:
@@ -227,14 +252,16 @@ def read_op_log(path: str | Path) -> OpLog:
     header, a = _load_arrays(path)
     _validate(path, header, a)
     reasons = [str(x) for x in a["reasons"]]
-    fo, so, ro = a["full_offsets"], a["swa_offsets"], a["src_offsets"]
+    fo, so, ro, ho = a["full_offsets"], a["swa_offsets"], a["src_offsets"], a["host_offsets"]
     ops = []
     for i in range(len(a["op_kind"])):
         full = a["full_pages"][fo[i] : fo[i + 1]]
         ps = a["page_steps"][fo[i] : fo[i + 1]]
+        kind = OpKind(int(a["op_kind"][i]))
+        host = a["host_pages"][ho[i] : ho[i + 1]]
         ops.append(
             MemoryOp(
-                OpKind(int(a["op_kind"][i])),
+                kind,
                 int(a["op_step"][i]),
                 reasons[int(a["op_reason"][i])],
                 full,
@@ -242,6 +269,8 @@ def read_op_log(path: str | Path) -> OpLog:
                 a["src_pages"][ro[i] : ro[i + 1]],
                 ps if len(ps) and ps[0] >= 0 else None,
                 int(a["op_bound"][i]),
+                len(host) if kind in HOST_ALLOCS else 0,
+                host,
             )
         )
     steps = [
@@ -267,13 +296,19 @@ class PoolState:
         return cls(step, full, swa, pages.full.all_free().copy(), pages.swa.all_free().copy())
 
 
+def fresh_executor(header: dict) -> MemoryOpExecutor:
+    """An executor on fresh pools as the header sizes them (device, and host with HiCache)."""
+    h = header
+    pages = SWAPageState(h["full_pages"], h["swa_pages"], h["page_size"], h["need_sort"])
+    host_pages = (h.get("hicache") or {}).get("host_pages")
+    host = HostPageState(*host_pages) if host_pages else None
+    return MemoryOpExecutor(pages, keep=False, host=host)
+
+
 def replay_ops(log: OpLog) -> Iterator[PoolState]:
     """Apply the records on a fresh allocator; yield the pool state after each step's records
     (records are in step order; a step without records yields nothing)."""
-    h = log.header
-    ex = MemoryOpExecutor(
-        SWAPageState(h["full_pages"], h["swa_pages"], h["page_size"], h["need_sort"]), keep=False
-    )
+    ex = fresh_executor(log.header)
     cur = None
     for op in log.ops:
         if cur is not None and op.step != cur:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 
-from simulator.kv_pages import SWAPageState
-from simulator.memory_ops import FREES_FULL, FREES_SWA, MemoryOpExecutor, OpKind
-from simulator.oplog import OpLog
+from simulator.memory_ops import FREES_FULL, FREES_SWA, HICACHE_KINDS, OpKind
+from simulator.oplog import OpLog, fresh_executor
 
 
 def op_log_stats(log: OpLog) -> dict:
@@ -19,15 +18,16 @@ def op_log_stats(log: OpLog) -> dict:
     records: Counter = Counter()
     full_by_kind: Counter = Counter()
     swa_by_kind: Counter = Counter()
-    ex = MemoryOpExecutor(
-        SWAPageState(h["full_pages"], h["swa_pages"], h["page_size"], h["need_sort"]), keep=False
-    )
+    host_by_kind: Counter = Counter()
+    ex = fresh_executor(h)
     peak_full = peak_swa = 0
     for op in log.ops:
         ex.apply(op)
         records[op.kind.name] += 1
         full_by_kind[op.kind.name] += len(op.full)
         swa_by_kind[op.kind.name] += len(op.swa)
+        if op.kind in HICACHE_KINDS:
+            host_by_kind[f"{op.kind.name}_{'swa' if op.bound else 'full'}"] += len(op.host)
         if op.kind == OpKind.ALLOC:
             full_free, swa_free = ex.pages.free_counts()
             peak_full = max(peak_full, h["full_pages"] - full_free)
@@ -56,4 +56,19 @@ def op_log_stats(log: OpLog) -> dict:
         peak_swa_pages_used=peak_swa,
         final_full_free=full_free,
         final_swa_free=swa_free,
+        **_hicache_stats(ex, host_by_kind),
+    )
+
+
+def _hicache_stats(ex, host_by_kind: Counter) -> dict:
+    """HiCache logs: host pages by kind and pool (``BACKUP_D2H_full``: FULL pages copied to the
+    host, ``LOAD_H2D_swa``: SWA pages loaded back, ...) and the host pools' final free pages."""
+    if ex.host is None:
+        return {}
+    full, swa = ex.host.pools
+    return dict(
+        host_pages=[full.num_pages, swa.num_pages],
+        host_pages_by_kind=dict(sorted(host_by_kind.items())),
+        final_host_full_free=full.available(),
+        final_host_swa_free=swa.available(),
     )

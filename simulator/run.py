@@ -135,8 +135,11 @@ def check_recorded_ops(executor: Any) -> None:
     from simulator.invariants import InvariantViolation
     from simulator.memory_ops import check_op_stream
 
-    pages = executor.pages
-    errors = check_op_stream(executor.ops, pages.full.num_pages, pages.swa.num_pages, pages.page_size)
+    pages, host = executor.pages, executor.host
+    host_pages = None if host is None else tuple(pool.num_pages for pool in host.pools)
+    errors = check_op_stream(
+        executor.ops, pages.full.num_pages, pages.swa.num_pages, pages.page_size, host_pages
+    )
     if errors:
         raise InvariantViolation([f"recorded memory operations: {e}" for e in errors])
 
@@ -154,5 +157,19 @@ def _write_op_log(path: Path, server: Any, cfg: SimConfig, resolved: tuple) -> N
         server.ops,
         window=pools.window if pools.hybrid else None,
         geometry=model_geometry(model, cfg.tp),
+        hicache=_hicache_header(cfg),
         source=dict(producer="kvplan run (simulated server)", config=config),
+    )
+
+
+def _hicache_header(cfg: SimConfig) -> dict | None:
+    """The op log header's ``hicache`` settings (the host pool pages come from the recording)."""
+    h = cfg.hicache
+    if not getattr(h, "enable_hierarchical_cache", False):
+        return None
+    return dict(
+        io_backend=h.hicache_io_backend,
+        layout=h.hicache_mem_layout,
+        write_policy=h.hicache_write_policy,
+        host_pages=None,
     )

@@ -51,7 +51,7 @@ def gpu_replay(
     ] = 1,
     device: Annotated[str, typer.Option("--device", help="cuda or cpu")] = "cuda",
     io_backend: Annotated[
-        str, typer.Option("--io-backend", help="write-back transfers: kernel or direct")
+        str, typer.Option("--io-backend", help="host transfers (HiCache, write-back): kernel or direct")
     ] = "kernel",
     impl: Annotated[str, typer.Option("--impl", help=f"transfer implementation ({_IMPLS})")] = "reference",
     layout: Annotated[
@@ -163,7 +163,7 @@ def _run(ops: Path, model: str, tp: int, options: dict, out: Path, repeats: int 
     summary = _replay_once(log, opts, None)
     timed = dataclasses.replace(opts, verify="none")
     runs = [_replay_once(log, timed, out.with_name(f"{out.stem}-r{i}{out.suffix}")) for i in range(repeats)]
-    keys = ("table", "wall_s", "write_s", "write_gbps", "backup_s", "backup_gbps", "mem_s")
+    keys = ("table", "wall_s", "write_s", "write_gbps", "backup_s", "backup_gbps", "load_s", "mem_s")
     summary["repeats"] = [{k: r.get(k) for k in keys} for r in runs]
     summary["table"] = None
     return summary
@@ -197,11 +197,17 @@ def _print(s: dict, out: Path) -> None:
         f"  KV writes: {s['written_bytes'] / gb:.3f} GB in {s['write_s'] * 1e3:.2f} ms"
         + (f" ({s['write_gbps']:.1f} GB/s)" if s["write_gbps"] else "")
     )
-    if s["options"]["write_back"]:
+    if s["options"]["write_back"] or s["load_pages"]:
+        label = "write-back" if s["options"]["write_back"] else "HiCache backups (D->H)"
         typer.echo(
-            f"  write-back: {s['backup_pages']} pages, {s['backup_bytes'] / gb:.3f} GB "
+            f"  {label}: {s['backup_pages']} pages, {s['backup_bytes'] / gb:.3f} GB "
             f"in {s['backup_s'] * 1e3:.2f} ms"
             + (f" ({s['backup_gbps']:.1f} GB/s)" if s["backup_gbps"] else "")
+        )
+    if s["load_pages"]:
+        typer.echo(
+            f"  HiCache loads (H->D): {s['load_pages']} pages, {s['load_bytes'] / gb:.3f} GB "
+            f"in {s['load_s'] * 1e3:.2f} ms" + (f" ({s['load_gbps']:.1f} GB/s)" if s["load_gbps"] else "")
         )
     per = s["mem_s_per_step"]
     if per:

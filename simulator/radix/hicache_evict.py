@@ -27,6 +27,12 @@ class HiCacheEvict:
         defers ``value = None`` to ``_cascade_evict``). Returns device tokens freed."""
         freed = 0
         if device and node.full:
+            if node.value is not None:  # recording: EVICT, or DEMOTE keeping the host copy
+                if host or not node.full_host:
+                    self._record(OpKind.EVICT, node.value)
+                else:
+                    self.host_full.record(OpKind.DEMOTE, node.fh_ids, node.value)
+                node.value = None
             self.allocator.free_full_pages(node.length // self.page_size)
             self.full_evictable -= node.length
             freed = node.length
@@ -44,6 +50,8 @@ class HiCacheEvict:
     def _evict_swa(self, node: HNode, device: bool, host: bool, tracker: Counter | None) -> int:
         """``SWAComponent.evict_component`` + LRU detach; returns host tokens freed."""
         if device and node.swa:
+            if node.value is not None:  # recording (a node whose FULL went freed its peers too)
+                self._record(OpKind.TOMBSTONE, node.value)
             self.allocator.free_swa_pages(node.length // self.page_size)
             self.swa_evictable -= node.length
             node.swa = False
@@ -108,7 +116,6 @@ class HiCacheEvict:
     def _demote(self, node: HNode, tracker: Counter) -> None:
         """``utc._demote``: free the device KV of a backed-up D-leaf; the node stays host-only."""
         assert node.full and node.full_host
-        self.host_full.record(OpKind.DEMOTE, node.fh_ids)
         self._evict_full(node, True, False, tracker)
         if node.swa:  # _cascade_evict: SWA (lower priority) follows FULL
             assert node.swa_lock == 0

@@ -1,13 +1,16 @@
 """Insertion into the HiCache tree (``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step``),
 with un-eviction of host-only nodes and the write-through backup triggers.
 
-Counts only: duplicates and healed FULL slots go back to the allocator as page counts.
+Duplicates and healed FULL slots go back to the allocator as page counts; while memory ops are
+recorded (``values``: the request's FULL page ids) they are records on page ids and the nodes
+that take the request's slots take its page ids, as ``unified_insert`` does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from simulator.memory_ops import OpKind
 from simulator.radix.hicache_node import HNode
 from simulator.radix.node import match_pages
 
@@ -49,9 +52,12 @@ class HiCacheInsert:
             child.priority = max(child.priority, priority)
             node_end = total + m * p
             if not child.full:
+                if values is not None:
+                    assert prev_prefix_len <= total, "a host-only node inside the request's prefix"
+                    child.value = values[total // p : node_end // p]
                 child = self._unevict(child, total, node_end, swa_evicted_seqlen)
             else:
-                self._overlap(child, total, node_end, prev_prefix_len, swa_evicted_seqlen)
+                self._overlap(child, total, node_end, prev_prefix_len, swa_evicted_seqlen, values, reason)
             # _finish_insert_walk_node
             if node_end > inserted_len and self._inc_hit_count_and_check(child):
                 self._execute_and_commit_kv_backup(self._backup_chain(child))
@@ -60,7 +66,7 @@ class HiCacheInsert:
             off += m
         new_leaf = off < n
         if new_leaf:
-            target = self._commit_leaf(node, key[off:], total, swa_evicted_seqlen, priority)
+            target = self._commit_leaf(node, key[off:], total, swa_evicted_seqlen, priority, values)
         else:
             target = node
         if target is not self.root:  # _insert_tail_step
@@ -106,7 +112,9 @@ class HiCacheInsert:
                 self._set_swa(child)
         return child
 
-    def _overlap(self, child: HNode, total: int, node_end: int, prev_prefix_len: int, cursor: int) -> None:
+    def _overlap(
+        self, child: HNode, total: int, node_end: int, prev_prefix_len: int, cursor: int, values, reason: str
+    ) -> None:
         """``_insert_overlap_step``: heal an in-window SWA tombstone from the request's slots,
         then free the request's duplicates of tree-held KV."""
         p = self.page_size
@@ -118,6 +126,8 @@ class HiCacheInsert:
                     self._split(child, (live_start - total) // p)
                 # _recover_from_incoming: one FULL copy is freed either way
                 self.allocator.free_full_pages((node_end - live_start) // p)
+                if values is not None:
+                    self._heal_ids(child, values[live_start // p : node_end // p], reason)
                 self._set_swa(child)
                 consumed_from = live_start - total
         dup_start = max(0, prev_prefix_len - total)
@@ -127,12 +137,34 @@ class HiCacheInsert:
             swa_dead = min(max(cursor - start, 0), dup)
             self.allocator.free_full_pages(dup // p)
             self.allocator.free_swa_pages((dup - swa_dead) // p)
+            if values is not None:  # FULL only below the request's window cursor
+                mid = (start + swa_dead) // p
+                if swa_dead:
+                    self._record(OpKind.FREE_FULL, values[start // p : mid], reason)
+                if dup > swa_dead:
+                    self._record(OpKind.FREE, values[mid : end // p], reason)
 
-    def _commit_leaf(self, node: HNode, rem: np.ndarray, total: int, cursor: int, priority: int) -> HNode:
-        """``_insert_commit_step`` + ``swa.py:commit_insert_component_data``."""
+    def _heal_ids(self, child: HNode, incoming: np.ndarray, reason: str) -> None:
+        """``swa.py:_recover_from_incoming`` on page ids: a locked node keeps its FULL pages and
+        takes the incoming pages' SWA peers (``RecoverSWAWithLockedFull``), else it adopts the
+        incoming pages and frees its old FULL (``FreeDeviceKVFullOnly``)."""
+        if child.full_lock > 0:
+            self._record(OpKind.REMAP_SWA, child.value, reason, src=incoming)
+            self._record(OpKind.FREE_FULL, incoming, reason)
+        else:
+            self._record(OpKind.FREE_FULL, child.value, reason)
+            child.value = incoming
+
+    def _commit_leaf(
+        self, node: HNode, rem: np.ndarray, total: int, cursor: int, priority: int, values=None
+    ) -> HNode:
+        """``_insert_commit_step`` + ``swa.py:commit_insert_component_data``; the new leaf
+        adopts the request's page ids (recording)."""
         p = self.page_size
         length = len(rem) * p
         leaf = self._new_node(rem, length, priority)
+        if values is not None:
+            leaf.value = values[total // p : total // p + len(rem)]
         leaf.parent = node
         node.children[rem.item(0)] = leaf
         if self._depth_hooks:  # utc._add_new_node: _set_tlru_lens_and_raise_history

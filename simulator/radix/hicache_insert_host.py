@@ -26,28 +26,32 @@ class HostInsert:
             self._retire(op, completed, release_swa=op.pool_transfers_done)
             return
         pages = op.pages[: completed // p]
-        prefix_len, target, dropped = self.insert_host(op.anchor, pages, op.hashes[: completed // p])
+        ids = _cut(op.full_ids, 0, completed // p)
+        prefix_len, target, dropped = self.insert_host(op.anchor, pages, op.hashes[: completed // p], ids)
         op.full_held -= completed
         if dropped:
-            self.release_full.append(completed)
+            self._release_full(completed, ids)
             if op.swa_host_tokens:
-                self.release_swa.append(op.swa_host_tokens)
-            op.swa_host_tokens = 0
+                self._release_swa(op.swa_host_tokens, op.swa_ids)
+            op.swa_host_tokens, op.swa_ids = 0, None
             loaded = 0
         else:
             self._commit_prefetch_swa(op, target, completed)
-            if prefix_len:
-                tree.host_full.release(prefix_len)
+            if prefix_len:  # the host copies the tree already had (always the key's head)
+                tree.host_full.release(prefix_len, _cut(ids, 0, prefix_len // p))
             loaded = completed - prefix_len
         tree.host_unlock(op.anchor_lock)
         del self.ongoing_prefetch[op.rid]
         self.prefetch_tokens_occupied -= len(op.pages) * p
         self.loaded_tokens[op.rid] = (loaded, op.storage_start + prefix_len if loaded > 0 else None)
 
-    def insert_host(self, anchor: HNode, pages, hashes: list[int]) -> tuple[int, HNode | None, bool]:
+    def insert_host(
+        self, anchor: HNode, pages, hashes: list[int], ids=None
+    ) -> tuple[int, HNode | None, bool]:
         """``utc.insert_host``: walk from the anchor; matched nodes without a FULL host copy take
         the fetched one (write-through policies), the rest becomes a new host-only leaf unless
         its parent is an unbacked node (dropped, write-through policies only).
+        ``ids`` (recording): the fetched pages' host page ids, which the nodes take.
         Returns (host prefix the tree already held, the inserted host node, dropped)."""
         tree, p = self.tree, self.page_size
         node = anchor
@@ -71,6 +75,7 @@ class HostInsert:
             if not tree.is_write_back:
                 if not node.full_host:
                     node.full_host = True
+                    node.fh_ids = _cut(ids, off - m, off)
                     if node.hash_value is None:
                         node.hash_value = hashes[off - m : off]
                     tree._update_leaf(node)
@@ -92,6 +97,7 @@ class HostInsert:
         leaf.parent = node
         leaf.hash_value = hashes[off:]
         leaf.full_host = True
+        leaf.fh_ids = _cut(ids, off, None)
         node.children[rem.item(0)] = leaf
         if tree._depth_hooks:  # utc: a host-only insert sets the tlru lens too
             tree.eviction_order.on_node_added(leaf, node)
@@ -105,17 +111,17 @@ class HostInsert:
         walking leaf -> anchor and filling nodes without an SWA host copy. Unused staging goes
         to the SWA release queue (``FreeComponentHostSlot`` -> ``append_host_mem_release``)."""
         tree, p = self.tree, self.page_size
-        staged = op.swa_host_tokens
+        staged, ids = op.swa_host_tokens, op.swa_ids
         if op.swa_keys == 0:
             return
         need_pages = staged // p
-        op.swa_host_tokens = 0
+        op.swa_host_tokens, op.swa_ids = 0, None
         if op.anchor is not tree.root and need_pages < self.full_window_pages:
-            self.release_swa.append(staged)
+            self._release_swa(staged, ids)
             return
         if target is None or need_pages == 0 or op.swa_hits < need_pages:
             if staged:
-                self.release_swa.append(staged)
+                self._release_swa(staged, ids)
             return
         loaded_start = total_len - staged
         pos, cur = total_len, target
@@ -127,14 +133,22 @@ class HostInsert:
                 if fill_start > node_start:
                     tree._split(cur, (fill_start - node_start) // p)
                 cur.swa_host = True
+                cur.sh_ids = _cut(ids, (fill_start - loaded_start) // p, (pos - loaded_start) // p)
                 if not cur.swa and not tree.swa_host_lru.in_list(cur):
                     tree.swa_host_lru.insert_mru(cur)
                 tree._update_leaf(cur)
                 if cur.parent is not None:
                     tree._update_leaf(cur.parent)
             elif fill_len > 0:
-                self.release_swa.append(fill_len)
+                self._release_swa(
+                    fill_len, _cut(ids, (fill_start - loaded_start) // p, (pos - loaded_start) // p)
+                )
             pos = node_start
             cur = cur.parent
         if pos > loaded_start:
-            self.release_swa.append(pos - loaded_start)
+            self._release_swa(pos - loaded_start, _cut(ids, 0, (pos - loaded_start) // p))
+
+
+def _cut(ids, start: int, stop: int | None):
+    """``ids[start:stop]`` of optional host page ids (None when not recording)."""
+    return None if ids is None else ids[start:stop]

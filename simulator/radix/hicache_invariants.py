@@ -65,10 +65,29 @@ def _tree_problems(tree) -> list[str]:
     return out
 
 
+def _page_id_problems(tree) -> list[str]:
+    """Recording: every node carries page ids exactly for the values it has (device FULL pages,
+    whose SWA peers are mapped iff it has SWA on device; FULL and SWA host pages), one per page."""
+    out: list[str] = []
+    p = tree.page_size
+    f2s = tree.allocator.recorder.pages.full_to_swa
+    for x in tree.iter_nodes():
+        for name, has, ids in (("device", x.full, x.value), ("FULL host", x.full_host, x.fh_ids)):
+            if has != (ids is not None) or (ids is not None and len(ids) * p != x.length):
+                out.append(f"node {x.id}: {name} page ids do not match its value")
+        if x.swa_host != (x.sh_ids is not None) or (x.sh_ids is not None and len(x.sh_ids) * p != x.length):
+            out.append(f"node {x.id}: SWA host page ids do not match its value")
+        if x.value is not None and bool((f2s[x.value] > 0).all()) != x.swa:
+            out.append(f"node {x.id}: SWA peers mapped {bool((f2s[x.value] > 0).any())} but swa={x.swa}")
+    return out
+
+
 def check_hicache_invariants(cache, running) -> None:
     """Raise :class:`HiCacheInvariantError` listing every violated invariant."""
     tree, alloc = cache.tree, cache.allocator
     problems = _tree_problems(tree)
+    if alloc.recorder is not None and tree.host_full.recorder is not None:
+        problems += _page_id_problems(tree)
     pend_full, pend_swa = alloc.pending_free_tokens
     priv_full = sum(cache.private_tokens(r)[0] for r in running)
     priv_swa = sum(cache.private_tokens(r)[1] for r in running)

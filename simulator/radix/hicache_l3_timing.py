@@ -243,9 +243,7 @@ class TimedStorageController(StorageController):
                 keys = op.hashes[max(0, done - op.swa_keys) : done]
                 op.swa_trailing = len(keys)
                 needed = len(keys) * p
-                if op.swa_host_tokens > needed:  # _sync_trailing_keys shrinks the staging
-                    self.release_swa.append(op.swa_host_tokens - needed)
-                    op.swa_host_tokens = needed
+                self._shrink_swa_staging(op, needed)
                 t += self._call_s(len(keys) * params.swa_page_bytes, params.read_gbps)
                 yield t
                 hits = swa = self.store.read_run(SWA, keys)

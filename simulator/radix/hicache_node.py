@@ -2,6 +2,8 @@
 FULL + SWA ``ComponentData``, ``UnifiedLRUList``, ``HostKVCache``), as counts.
 
 A node's FULL and SWA values on device and on host are flags: the tree decides on lengths only.
+While memory ops are recorded the nodes also carry page ids (``value``, ``fh_ids``,
+``sh_ids``) and the host pools emit records.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.errors import ConfigError
-from simulator.memory_ops import MemoryOp, OpKind
+from simulator.memory_ops import EVICTION, MemoryOp, OpKind
 
 
 class HNode:
@@ -53,6 +55,7 @@ class HNode:
         "h_next",
         "in_d",
         "in_h",
+        "value",
         "fh_ids",
         "sh_ids",
         "hash_value",
@@ -77,7 +80,10 @@ class HNode:
         self.lb_pending: int | None = None
         self.d_prev = self.d_next = self.h_prev = self.h_next = None
         self.in_d = self.in_h = False
-        # host page ids of the FULL / SWA host values, only while recording memory ops
+        # device FULL page ids (SGLang's node value; the SWA peers follow the allocator's
+        # full-to-SWA mapping) and host page ids of the FULL / SWA host values, only while
+        # recording memory ops
+        self.value: np.ndarray | None = None
         self.fh_ids: np.ndarray | None = None
         self.sh_ids: np.ndarray | None = None
         # page hashes of the key (L3 storage keys), only while a storage tier is attached
@@ -183,30 +189,37 @@ class HostPool:
     def used(self) -> int:
         return self.capacity - self.free
 
-    def alloc(self, n: int) -> np.ndarray | None:
+    def alloc(
+        self, n: int, device: np.ndarray = _NO_IDS, kind: OpKind = OpKind.BACKUP_D2H
+    ) -> np.ndarray | None:
         """``HostKVCache.alloc``: all or nothing; the host page ids (empty unless recording)
-        or None."""
+        or None. While recording, a ``kind`` record (a backup of the device FULL pages
+        ``device``, or their SWA peers for the SWA pool)."""
         assert n % self.page_size == 0, n
         if n > self.free:
             return None
         self.free -= n
         if self.recorder is None or n == 0:
             return _NO_IDS
-        op = self.recorder.apply(
-            MemoryOp(OpKind.BACKUP_D2H, self.recorder.step, "", count=n // self.page_size, bound=self.pool)
-        )
-        return op.full
+        rec = self.recorder
+        op = rec.apply(MemoryOp(kind, rec.step, EVICTION, device, count=n // self.page_size, bound=self.pool))
+        return op.host
 
     def release(self, n: int, ids: np.ndarray | None = None) -> None:
         self.free += n
         assert self.free <= self.capacity, "host pool over-freed"
         if self.recorder is not None and ids is not None and len(ids):
-            self.recorder.apply(MemoryOp(OpKind.HOST_FREE, self.recorder.step, "", full=ids, bound=self.pool))
+            rec = self.recorder
+            rec.apply(MemoryOp(OpKind.HOST_FREE, rec.step, EVICTION, host=ids, bound=self.pool))
 
-    def record(self, kind: OpKind, ids: np.ndarray | None) -> None:
-        """A LOAD_H2D or DEMOTE record of host pages that stay allocated (recording only)."""
-        if self.recorder is not None and ids is not None and len(ids):
-            self.recorder.apply(MemoryOp(kind, self.recorder.step, "", full=ids, bound=self.pool))
+    def record(self, kind: OpKind, ids: np.ndarray | None, device: np.ndarray = _NO_IDS) -> MemoryOp | None:
+        """A LOAD_H2D or DEMOTE record of host pages that stay allocated and the device pages
+        it allocates or frees (recording only); the applied record."""
+        if self.recorder is None:
+            return None
+        rec = self.recorder
+        host = _NO_IDS if ids is None else ids
+        return rec.apply(MemoryOp(kind, rec.step, EVICTION, device, host=host, bound=self.pool))
 
 
 @dataclass

@@ -30,9 +30,12 @@ from policies.hicache_prefetch import (
     PrefetchTermination,
     prefetch_capacity_limit,
 )
-from simulator.radix.hicache_insert_host import HostInsert
+from simulator.memory_ops import OpKind
+from simulator.radix.hicache_insert_host import HostInsert, _cut
 from simulator.radix.hicache_node import HNode, HostLockReceipt
 from simulator.radix.hicache_storage import KV, SWA, PageStore, page_hash_chain
+
+_PREFETCH = OpKind.STORAGE_PREFETCH  # host slots filled from L3 (recording)
 
 
 @dataclass(eq=False)
@@ -59,6 +62,9 @@ class PrefetchOp:
     progress: PrefetchProgress | None = None
     deadline_expired: bool = False
     terminated_s: float = -math.inf  # when the admission poll terminated it (timed engines)
+    # host page ids of the FULL slots and the SWA staging (recording memory ops only)
+    full_ids: np.ndarray | None = None
+    swa_ids: np.ndarray | None = None
 
     @property
     def requested_tokens(self) -> int:
@@ -109,6 +115,9 @@ class StorageController(HostInsert):
         # host_mem_release_queue / extra_host_mem_release_queues[SWA], in tokens
         self.release_full: list[int] = []
         self.release_swa: list[int] = []
+        # the released slots' host page ids, beside them (None unless recording)
+        self.release_full_ids: list[np.ndarray | None] = []
+        self.release_swa_ids: list[np.ndarray | None] = []
         self.loaded_tokens: dict[str, tuple[int, int | None]] = {}
         self.holding: set[PrefetchOp] = set()  # ops holding host slots
         self.now_s = 0.0  # the engine's clock for the timeout policy
@@ -228,9 +237,7 @@ class StorageController(HostInsert):
             keys = op.hashes[max(0, done - op.swa_keys) : done]
             op.swa_trailing = len(keys)
             needed = len(keys) * p
-            if op.swa_host_tokens > needed:
-                self.release_swa.append(op.swa_host_tokens - needed)
-                op.swa_host_tokens = needed
+            self._shrink_swa_staging(op, needed)
             hits = self.store.read_run(SWA, keys)
         self.ack_prefetch_queue.append(_Ack(op, swa_hits=hits))
 
@@ -258,10 +265,30 @@ class StorageController(HostInsert):
             b = self.ongoing_backup.pop(op_id)
             self.tree.host_unlock(b.lock)
             self.counts["storage_backup_acks"] += 1
-        for n in self._take(self.release_full, n_rel):
-            self.tree.host_full.release(n)
-        for n in self._take(self.release_swa, n_rel_swa):
-            self.tree.host_swa.release(n)
+        ids = self._take(self.release_full_ids, n_rel)
+        for n, pages in zip(self._take(self.release_full, n_rel), ids, strict=True):
+            self.tree.host_full.release(n, pages)
+        ids = self._take(self.release_swa_ids, n_rel_swa)
+        for n, pages in zip(self._take(self.release_swa, n_rel_swa), ids, strict=True):
+            self.tree.host_swa.release(n, pages)
+
+    def _release_full(self, tokens: int, ids: np.ndarray | None) -> None:
+        """Queue FULL host slots for release (``append_host_mem_release``)."""
+        self.release_full.append(tokens)
+        self.release_full_ids.append(ids)
+
+    def _release_swa(self, tokens: int, ids: np.ndarray | None) -> None:
+        """Queue SWA host slots for release (``extra_host_mem_release_queues``)."""
+        self.release_swa.append(tokens)
+        self.release_swa_ids.append(ids)
+
+    def _shrink_swa_staging(self, op: PrefetchOp, needed: int) -> None:
+        """``_sync_trailing_keys`` shrinks the SWA staging to ``needed`` tokens."""
+        if op.swa_host_tokens > needed:
+            k = needed // self.page_size
+            self._release_swa(op.swa_host_tokens - needed, _cut(op.swa_ids, k, None))
+            op.swa_ids = _cut(op.swa_ids, 0, k)
+            op.swa_host_tokens = needed
 
     @staticmethod
     def _take(queue: list, n: int) -> list:
@@ -279,27 +306,31 @@ class StorageController(HostInsert):
         tree, p = self.tree, self.page_size
         hit = op.hit_tokens
         # hcc.allocate_storage_hit: the whole hit, host eviction once, else what fits
-        alloc = hit if tree.host_full.alloc(hit) is not None else None
+        full, swa_pool = tree.host_full, tree.host_swa
+        alloc = hit if (ids := full.alloc(hit, kind=_PREFETCH)) is not None else None
         if alloc is None:
             tree.evict_host(hit, "full")
-            if tree.host_full.alloc(hit) is not None:
+            if (ids := full.alloc(hit, kind=_PREFETCH)) is not None:
                 alloc = hit
             else:
-                avail = tree.host_full.available_size()
+                avail = full.available_size()
                 part = min(hit, avail - avail % p)
-                if part >= self.prefetch_threshold and tree.host_full.alloc(part) is not None:
+                if part >= self.prefetch_threshold and (ids := full.alloc(part, kind=_PREFETCH)) is not None:
                     alloc = part
         if alloc is None:
             self.revoke(op)
             return
+        op.full_ids = ids if len(ids) else None
         swa = min(op.swa_keys, hit // p) * p  # _alloc_prefetch_aux_staging
         if swa:
-            if tree.host_swa.alloc(swa) is None:  # swa.py:alloc_prefetch_staging
+            if (sids := swa_pool.alloc(swa, kind=_PREFETCH)) is None:  # swa.py:alloc_prefetch_staging
                 tree.evict_host(swa, "swa")
-                if tree.host_swa.alloc(swa) is None:
-                    self.release_full.append(alloc)
+                if (sids := swa_pool.alloc(swa, kind=_PREFETCH)) is None:
+                    self._release_full(alloc, op.full_ids)
+                    op.full_ids = None
                     self.revoke(op)
                     return
+            op.swa_ids = sids if len(sids) else None
         op.swa_host_tokens = swa
         op.full_held = alloc
         self.holding.add(op)
@@ -324,10 +355,13 @@ class StorageController(HostInsert):
                 self._handle_prefetch_result(op)
             tail = (op.host_tokens or 0) - op.completed_tokens
             if tail > 0:
-                self.release_full.append(tail)
+                k = op.completed_tokens // self.page_size
+                self._release_full(tail, _cut(op.full_ids, k, None))
+                op.full_ids = _cut(op.full_ids, 0, k)
                 op.full_held -= tail
             if not op.pool_transfers_done and op.swa_host_tokens:
-                self.release_swa.append(op.swa_host_tokens)
+                self._release_swa(op.swa_host_tokens, op.swa_ids)
+                op.swa_ids = None
                 op.swa_host_tokens = 0
             if op.full_held == 0 and op.swa_host_tokens == 0:
                 self.holding.discard(op)
@@ -342,10 +376,11 @@ class StorageController(HostInsert):
         self.ongoing_prefetch.pop(op.rid, None)
         self.tree.host_unlock(op.anchor_lock)
         if full_tokens:
-            self.release_full.append(full_tokens)
+            self._release_full(full_tokens, _cut(op.full_ids, 0, full_tokens // self.page_size))
             op.full_held -= full_tokens
         if release_swa and op.swa_host_tokens:
-            self.release_swa.append(op.swa_host_tokens)
+            self._release_swa(op.swa_host_tokens, op.swa_ids)
+            op.swa_ids = None
             op.swa_host_tokens = 0
         self.prefetch_tokens_occupied = max(0, self.prefetch_tokens_occupied - len(op.pages) * self.page_size)
         self.loaded_tokens[op.rid] = (0, None)

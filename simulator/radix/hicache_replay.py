@@ -46,7 +46,7 @@ class HiCacheReplayConfig:
     head_dim: int = 4
     dtype_bytes: int = 4
     check_invariants: bool = False
-    # record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) on host page ids
+    # record every memory op on device and host page ids (docs/op-log.md)
     record_ops: bool = False
     # the L3 tier (--hicache-storage-backend file|sim) and its prefetch knobs
     storage_backend: str | None = None
@@ -60,8 +60,6 @@ class HiCacheReplayConfig:
     storage_op_latency_s: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.storage_backend is not None and self.record_ops:
-            raise ConfigError("recording host memory ops with an L3 tier is not modelled yet")
         if self.window + self.page_size >= self.swa_tokens:
             raise ConfigError(f"SWA pool of {self.swa_tokens} tokens cannot hold window {self.window}")
         if self.hicache_size <= 0 and self.hicache_ratio <= 0:
@@ -95,6 +93,10 @@ class HiCacheController(UnifiedSWACache):
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order, policy, host: tuple[int, int]):
         super(UnifiedSWACache, self).__init__(allocator, window)
         self.tree = HiCacheTree(allocator.page_size, window, allocator, eviction_order, policy, *host)
+
+    def start_recording(self, need_sort: bool = False):
+        """Record every memory op with device and host page ids (empty pools only)."""
+        return self.tree.start_recording(self.allocator.start_recording(need_sort))
 
     def match(self, req: ReqKV) -> None:
         """``match_kv_cache`` with host hits: device prefix, host hits and both boundaries."""
@@ -165,7 +167,7 @@ def replay_hicache(workload: Sequence, cfg: HiCacheReplayConfig) -> dict:
     """Serve ``workload`` (:class:`~simulator.cache_replay.WorkloadRequest`) in order; the
     oracle's short-form records and ``counts``."""
     cache = build_hicache(cfg)
-    ops = cache.tree.start_recording() if cfg.record_ops else None
+    ops = cache.start_recording() if cfg.record_ops else None
     swa_policy = make_swa_eviction(cfg.swa_eviction)
     state = {"forward": 0}
     records = [_serve(cache, swa_policy, w, cfg, state) for w in workload]
@@ -198,6 +200,7 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     storage = tree.storage
     if storage is not None:
         storage.arrive(cache, req)  # Scheduler._prefetch_kvcache at queue entry
+    cache.begin_step(state["forward"])  # records carry the forward iteration (recording only)
     tree.check_hicache_events()
     span = (0, None)
     if storage is not None:
@@ -235,6 +238,7 @@ def _serve(cache: HiCacheController, swa_policy, w, cfg: HiCacheReplayConfig, st
     allocator.free_group_end()
     tree.flush_pending_backups()
     while req.holds_kv:
+        cache.begin_step(state["forward"])
         tree.check_hicache_events()
         cache.check_decode_mem(req)
         swa_policy.on_decode(req, DecodeContext(cfg.window, cfg.page_size, allocator, state["forward"]))

@@ -11,7 +11,6 @@ that the engine can time the transfers.
 from __future__ import annotations
 
 from policies.hicache_write import HICACHE_WRITE_POLICIES
-from simulator.errors import ConfigError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.radix.hicache_replay import HiCacheController
 from simulator.request_kv import LockReceipt, ReqKV
@@ -32,12 +31,6 @@ class ServedHiCache(HiCacheController):
         from simulator.radix.hicache_invariants import check_hicache_invariants
 
         check_hicache_invariants(self, running)
-
-    def start_recording(self, need_sort: bool = False):
-        raise ConfigError(
-            "--record-ops with HiCache: device page ids are not tracked in HiCache mode yet "
-            "(the HiCache tree keeps device pools as counts)"
-        )
 
     @property
     def counts(self):

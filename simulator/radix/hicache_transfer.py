@@ -55,6 +55,14 @@ class AckedTransfers:
     ops: list = field(default_factory=list)
 
 
+_NO_IDS = np.empty(0, dtype=np.int64)
+
+
+def _concat(parts: list) -> np.ndarray:
+    """Page-id arrays joined (empty when there are none)."""
+    return np.concatenate(parts) if parts else _NO_IDS
+
+
 class HiCacheTransfer:
     """Transfer methods of :class:`~simulator.radix.hicache_tree.HiCacheTree` (a mixin)."""
 
@@ -94,17 +102,19 @@ class HiCacheTransfer:
         chain.reverse()
         return chain
 
-    def _alloc_host(self, full_tokens: int, swa_tokens: int):
+    def _alloc_host(self, full_tokens: int, swa_tokens: int, full_dev=_NO_IDS, swa_dev=_NO_IDS):
         """``HybridCacheController.allocate_host_transfers``: FULL slots, then SWA slots with
         one reclaim of the whole SWA size (fact 23); an SWA failure frees the FULL slots.
-        Returns the (FULL, SWA) host page ids (empty unless recording) or None."""
-        full_ids = self.host_full.alloc(full_tokens)
+        Returns the (FULL, SWA) host page ids (empty unless recording) or None. While
+        recording each allocation is a BACKUP_D2H record of the device pages ``*_dev``
+        (``HybridCacheController.write``: the copy is queued with the allocation)."""
+        full_ids = self.host_full.alloc(full_tokens, full_dev)
         if full_ids is None:
             return None
-        swa_ids = self.host_swa.alloc(swa_tokens)
+        swa_ids = self.host_swa.alloc(swa_tokens, swa_dev)
         if swa_ids is None:
             self.evict_host(swa_tokens, "swa")
-            swa_ids = self.host_swa.alloc(swa_tokens)
+            swa_ids = self.host_swa.alloc(swa_tokens, swa_dev)
             if swa_ids is None:
                 self.host_full.release(full_tokens, full_ids)
                 return None
@@ -128,7 +138,12 @@ class HiCacheTransfer:
                 needed = full_tokens - avail
                 if self.evict_host(needed, "full") < needed:
                     return 0
-            ids = self._alloc_host(full_tokens, swa_tokens)
+            if self.recording:  # device pages the backup reads (SWA window top first)
+                full_dev = node.value if full_tokens else _NO_IDS
+                swa_dev = _concat([n.value for n in reversed(swa_nodes)])
+                ids = self._alloc_host(full_tokens, swa_tokens, full_dev, swa_dev)
+            else:
+                ids = self._alloc_host(full_tokens, swa_tokens)
             if ids is None:
                 return 0
             self._write_queue.append((node.id, full_tokens, swa_tokens))
@@ -286,7 +301,10 @@ class HiCacheTransfer:
             self.unlock(lock)
             self.host_unlock(host_lock)
             return False
-        ok = self._alloc_device_for_load(kv_tokens, swa_tokens)
+        if self.recording:
+            ok = self._alloc_device_for_load_ids(kv_nodes, swa_nodes, kv_tokens, swa_tokens)
+        else:
+            ok = self._alloc_device_for_load(kv_tokens, swa_tokens)
         self.unlock(lock)
         if not ok:
             self.host_unlock(host_lock)
@@ -316,15 +334,49 @@ class HiCacheTransfer:
             a.swa_free -= swa_tokens // p
         return True
 
+    def _alloc_device_for_load_ids(self, kv_nodes, swa_nodes, kv_tokens: int, swa_tokens: int) -> bool:
+        """:meth:`_alloc_device_for_load` on page ids (recording): the FULL load is a LOAD_H2D
+        record that allocates the loaded nodes' FULL pages (``full_attn_allocator.alloc``), the
+        SWA load one that allocates SWA pages for the window's FULL pages and maps them
+        (``_resolve_device_transfers`` + ``RebuildFullToSWAMapping``); a failed SWA allocation
+        frees the FULL pages again (``full_allocator.free``)."""
+        a, p = self.allocator, self.page_size
+        assert not a._in_group, "a load inside a free group"
+        loaded = []
+        if kv_tokens:
+            if a.full_free * p < kv_tokens:
+                return False
+            a.full_free -= kv_tokens // p
+            top_first = kv_nodes[::-1]
+            op = self.host_full.record(OpKind.LOAD_H2D, _concat([n.fh_ids for n in top_first]))
+            assert len(op.full) * p == kv_tokens, "a loaded node has no host page ids"
+            off = 0
+            for n in top_first:
+                k = n.length // p
+                n.value, off = op.full[off : off + k], off + k
+                loaded.append(n)
+        if swa_tokens:
+            if a.swa_free * p < swa_tokens:
+                self.evict_for_alloc(0, swa_tokens - a.swa_available_size())
+            if a.swa_free * p < swa_tokens:
+                a.full_free += kv_tokens // p
+                if loaded:
+                    self._record(OpKind.FREE_FULL, _concat([n.value for n in loaded]))
+                    for n in loaded:
+                        n.value = None
+                return False
+            a.swa_free -= swa_tokens // p
+            top_first = swa_nodes[::-1]
+            host = _concat([n.sh_ids for n in top_first])
+            assert len(host) * p == swa_tokens, "a loaded SWA node has no host page ids"
+            self.host_swa.record(OpKind.LOAD_H2D, host, _concat([n.value for n in top_first]))
+        return True
+
     def _commit_load_back(self, best: HNode, kv_nodes: list[HNode], swa_nodes: list[HNode]) -> None:
         """``utc.commit_load_back``: device values for the loaded nodes, ancestors first."""
         if self.is_write_back:
             for n in kv_nodes:
                 n.lb_pending = best.id
-        for pool, nodes, attr in ((self.host_full, kv_nodes, "fh_ids"), (self.host_swa, swa_nodes, "sh_ids")):
-            parts = [getattr(n, attr) for n in reversed(nodes) if getattr(n, attr) is not None]
-            if parts:
-                pool.record(OpKind.LOAD_H2D, np.concatenate(parts))
         for n in reversed(kv_nodes):
             n.full = True
             if n.full_lock > 0:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.kv_allocator import SWAKVAllocator
+from simulator.memory_ops import EVICTION, MemoryOp, OpKind
 from simulator.radix.hicache_evict import HiCacheEvict
 from simulator.radix.hicache_insert import HiCacheInsert
 from simulator.radix.hicache_node import HLRU, HNode, HostLockReceipt, HostPool
@@ -183,6 +184,8 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         new.full_lock, new.swa_lock = child.full_lock, child.swa_lock
         new.full_host_lock, new.swa_host_lock = child.full_host_lock, child.swa_host_lock
         new.full_host_uuid, child.full_host_uuid = child.full_host_uuid, None
+        if child.value is not None:
+            new.value, child.value = child.value[:pages], child.value[pages:]
         if child.fh_ids is not None:
             new.fh_ids, child.fh_ids = child.fh_ids[:pages], child.fh_ids[pages:]
         if child.sh_ids is not None:
@@ -418,19 +421,35 @@ class HiCacheTree(HiCacheInsert, HiCacheEvict, HiCacheTransfer):
         self._update_leaf(node)
 
     # ------------------------------------------------------------------ recording
-    def start_recording(self):
-        """Record host-side memory ops (BACKUP_D2H, LOAD_H2D, HOST_FREE, DEMOTE) with host
-        page ids from now on (empty host pools only); returns the executor."""
+    def start_recording(self, executor=None):
+        """Record every memory op with device and host page ids from now on (empty pools
+        only): the allocator's executor (started here unless given) also keeps the host pools'
+        page ids; returns it."""
         from simulator.kv_pages import HostPageState
-        from simulator.memory_ops import MemoryOpExecutor
 
         assert self.host_full.used() == 0 and self.host_swa.used() == 0, "host pools must be empty"
+        ex = executor if executor is not None else self.allocator.start_recording()
         p = self.page_size
-        ex = MemoryOpExecutor(
-            None, host=HostPageState(self.host_full.capacity // p, self.host_swa.capacity // p)
-        )
+        ex.host = HostPageState(self.host_full.capacity // p, self.host_swa.capacity // p)
         self.host_full.recorder = self.host_swa.recorder = ex
         return ex
+
+    @property
+    def recording(self) -> bool:
+        return self.allocator.recorder is not None
+
+    def _record(self, kind: OpKind, full: np.ndarray, reason: str = EVICTION, **fields) -> MemoryOp:
+        """Apply one device record through the allocator's executor (counters move apart)."""
+        rec = self.allocator.recorder
+        return rec.apply(MemoryOp(kind, rec.step, reason, full, **fields))
+
+    def path_values(self, node: HNode) -> np.ndarray:
+        """Device FULL page ids along the path to ``node`` (recording only)."""
+        parts = []
+        while node is not self.root:
+            parts.append(node.value)
+            node = node.parent
+        return np.concatenate(parts[::-1]) if parts else _EMPTY
 
     # ------------------------------------------------------------------ views
     def path_length(self, node: HNode) -> int:
