@@ -114,3 +114,18 @@ def test_no_idle_leak_check_in_the_pass_the_oracle_never_runs():
     assert (
         steps[-1]["kind"] == "idle" and steps[-1]["swa_used"] == -190 and steps[-1].get("fully_idle") is None
     )
+
+
+def test_a_crash_while_scheduling_a_prefill_reports_sglangs_running_batch():
+    """Plain loop, SWA-bug pools, large workload 1260: r14's last chunk prefills at step 543; at
+    544 the eviction for the next prefill's allocation over-frees the SWA pool and both die.
+    SGLang's ``get_next_batch_to_run`` had replaced its empty local running batch by the last
+    prefill batch (a rebinding, not an in-place merge), and ``self.running_batch`` is assigned only
+    after ``get_new_batch_prefill``: the oracle reports ``running`` 0 at the crash. kvplan had
+    r14 in its running list since the end of 543 and reported 1."""
+    knobs = StepKnobs(swa_tokens=400, window=128, disable_overlap_schedule=True, max_steps=3000)
+    lines = run_lines(generate(1260, style="mixed", shape=LARGE), knobs)
+    steps = [x for x in lines if x["type"] == "step"]
+    assert steps[-2]["kind"] == "prefill" and steps[-2]["rids"] == ["r14"] and steps[-2]["chunked"] is None
+    assert steps[-1]["step"] == 544 and steps[-1]["crash"]["error"].startswith("AssertionError")
+    assert steps[-1]["running"] == 0

@@ -76,7 +76,10 @@ class StepServer(ServerModel):
 
     def _get_new_batch_prefill(self):
         self.last_adder = None
+        self.rec.scheduling_prefill = True  # until _prepare_extend returns (a crash keeps it)
         reqs = super()._get_new_batch_prefill()
+        if not reqs:
+            self.rec.scheduling_prefill = False
         adder = self.last_adder
         if adder is not None and self.pools.hybrid:
             for key, n in zip(SWA_EVENT_KEYS, adder.swa_events, strict=True):
@@ -87,6 +90,7 @@ class StepServer(ServerModel):
     def _prepare_extend(self, batch):
         running = len(self.running)
         cached = super()._prepare_extend(batch)
+        self.rec.scheduling_prefill = False
         if cached is not None:
             self.rec.on_prefill(batch, self.chunked, running)
         return cached
@@ -141,6 +145,8 @@ class StepRecorder(ServerObserver):
         self.last_kind = "idle"  # the kind of the last closed step (none yet: no batch)
         self.steps: list[dict] = []
         self.done = False
+        self.last_prefill: set[str] = set()  # the last pass's prefill batch (SGLang's last_batch)
+        self.scheduling_prefill = False  # the open pass is inside get_new_batch_prefill
         self.exited = False  # the oracle's loop exited at the top of this pass (see on_pass)
         self.crashed: dict | None = None  # the server raised (SGLang's loop would have died)
         self.stopped = False  # the run reached max_steps
@@ -180,6 +186,7 @@ class StepRecorder(ServerObserver):
         self.cur = dict(type="step", step=self.step, kind="idle", rids=[], chunked=None, extend_lens=None,
                         prefix_lens=None, retracted=[], finished=[], aborted=[], arrived=[])  # fmt: skip
         self.running_after = None
+        self.scheduling_prefill = False
         if self.step >= self.knobs.max_steps:  # drive_scheduler.py Oracle.ingest: a crash there
             self.stopped = True
             waiting = [r.rid for r in srv.waiting][:10]
@@ -319,6 +326,14 @@ class StepRecorder(ServerObserver):
         full_ev, swa_ev = cache.evictable_tokens()
         full_used, swa_used = cache.used_tokens()
         running = self.running_after if self.running_after is not None else len(srv.running)
+        if "crash" in c and self.scheduling_prefill and srv.running:
+            # Scheduler.get_next_batch_to_run merges the last prefill batch into a local
+            # running batch: an empty one is replaced by it (rebinding), a non-empty one merges it
+            # in place. self.running_batch is assigned only after get_new_batch_prefill, so a
+            # crash there leaves SGLang's running batch empty when it held only those joiners
+            if all(r.rid in self.last_prefill for r in srv.running):
+                running = 0
+        self.last_prefill = set(c["rids"]) if c["kind"] == "prefill" else set()
         c.update(
             new_token_ratio=srv.ratio.current,
             full_used=full_used,
