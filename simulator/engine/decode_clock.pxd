@@ -30,3 +30,8 @@ cdef class DecodeClock:
                    e=cython.double, alpha=cython.double, beta=cython.double, d=cython.double,
                    b=cython.double, disc=cython.double, guess=cython.double)
     cpdef steps_ended_by(self, double t)
+
+
+@cython.locals(i=cython.Py_ssize_t, x=cython.longlong, x0=cython.longlong, y0=cython.longlong,
+               below=cython.longlong, members=list)
+cpdef tuple segment_sums(list seqs, list last, long long a, long long w)
