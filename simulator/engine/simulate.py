@@ -63,9 +63,6 @@ def build_cost_model(cfg: SimConfig, model, gpu):
     return CostModel.from_presets(model, gpu, cfg.tp, profile)
 
 
-RUN_GC_THRESHOLD0 = 10_000  # new container objects between young collections during a run
-
-
 @contextmanager
 def collector_skips_older_objects() -> Iterator[None]:
     """Keep the cyclic garbage collector off the objects that existed before the run.
@@ -74,22 +71,16 @@ def collector_skips_older_objects() -> Iterator[None]:
     collection it triggers would also walk everything the process held before (imported
     modules, the loaded trace): up to a tenth of a run's time. ``gc.freeze`` parks those objects
     for the run and ``gc.unfreeze`` hands them back to the collector afterwards, so nothing is
-    kept longer than one collection. The youngest generation is collected every
-    :data:`RUN_GC_THRESHOLD0` new objects instead of 700: most of a run's objects live until its
-    end or die by reference count, so the frequent young collections found little and took about
-    1% of a run. Skipped when the process has frozen objects of its own (e.g. before forking
-    workers) or has the collector off: their state is left alone.
+    kept longer than one collection. Skipped when the process has frozen objects of its own
+    (e.g. before forking workers) or has the collector off: their state is left alone.
     """
     if gc.get_freeze_count() or not gc.isenabled():
         yield
         return
-    threshold = gc.get_threshold()
     gc.freeze()
-    gc.set_threshold(max(threshold[0], RUN_GC_THRESHOLD0), *threshold[1:])
     try:
         yield
     finally:
-        gc.set_threshold(*threshold)
         gc.unfreeze()
 
 
