@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "simulator.engine.overlap",
     "simulator.engine.overlap_jump",
     "simulator.engine.metrics",
+    "simulator.engine.request_rows",
     "simulator.radix.cache",
     "simulator.swa_window",
     "simulator.kv_allocator",
@@ -81,6 +82,16 @@ def source_hash(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
+def module_hash(name: str) -> str:
+    """What a build of ``name`` is recorded under: its ``.py``'s hash, or, where a ``.pxd``
+    (Cython's typed declarations for the compiled build) sits beside it, the hash of both."""
+    src = source_path(name)
+    pxd = src[: -len(".py")] + ".pxd"
+    if not os.path.exists(pxd):
+        return source_hash(src)
+    return f"{source_hash(src)}+{source_hash(pxd)}"
+
+
 def read_record() -> dict[str, str]:
     """The source hashes the last build compiled (module -> SHA-256); empty without a build."""
     try:
@@ -94,7 +105,7 @@ def read_record() -> dict[str, str]:
 def write_record(names: tuple[str, ...] = COMPILED_MODULES) -> None:
     """Record the sources of ``names`` as built (setup.py, after cythonizing them)."""
     with open(RECORD, "w") as f:
-        f.write("".join(f"{n} {source_hash(source_path(n))}\n" for n in names))
+        f.write("".join(f"{n} {module_hash(n)}\n" for n in names))
 
 
 def extension_path(name: str) -> str | None:
@@ -137,7 +148,7 @@ class CompiledFinder:
             return "not built"
         if self._record is None:
             self._record = read_record()
-        if self._record.get(name) != source_hash(src):
+        if self._record.get(name) != module_hash(name):
             return "built from another version of the source"
         return None
 

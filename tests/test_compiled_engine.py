@@ -20,6 +20,7 @@ from simulator.compiled_modules import (
     COMPILED_MODULES,
     CompiledFinder,
     extension_path,
+    module_hash,
     read_record,
     source_hash,
     source_path,
@@ -77,10 +78,7 @@ def child(pure: bool) -> dict:
 def built() -> bool:
     """Every listed module is built from its current source (whatever KVPLAN_PURE_PYTHON says)."""
     record = read_record()
-    return all(
-        extension_path(n) is not None and record.get(n) == source_hash(source_path(n))
-        for n in COMPILED_MODULES
-    )
+    return all(extension_path(n) is not None and record.get(n) == module_hash(n) for n in COMPILED_MODULES)
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +128,7 @@ def test_a_stale_build_loads_its_source(monkeypatch) -> None:
     finder._record = {}
     assert finder._why_source(name, src, so) == stale
     assert finder._why_source(name, src, None) == "not built"
-    finder._record = {name: source_hash(src)}
+    finder._record = {name: module_hash(name)}
     assert finder._why_source(name, src, so) is None
     monkeypatch.setenv("KVPLAN_PURE_PYTHON", "1")
     assert finder._why_source(name, src, so) == "KVPLAN_PURE_PYTHON=1"
@@ -142,6 +140,25 @@ def test_a_stale_build_loads_its_source(monkeypatch) -> None:
     with pytest.raises(ImportError, match="KVPLAN_REQUIRE_COMPILED"):
         finder.find_spec(name)
     assert finder.find_spec("simulator.engine.config") is None  # not a compiled module
+
+
+def test_a_build_records_its_pxd_too(tmp_path, monkeypatch) -> None:
+    """A module's typed ``.pxd`` changes its compiled build, so the record covers it: a build
+    recorded before the ``.pxd`` was edited (or added) is stale."""
+    import simulator.compiled_modules as cm
+
+    monkeypatch.setattr(cm, "ROOT", str(tmp_path))
+    (tmp_path / "pkg").mkdir()
+    py = tmp_path / "pkg" / "mod.py"
+    py.write_text("x = 1\n")
+    only_py = cm.module_hash("pkg.mod")
+    assert only_py == source_hash(str(py))
+    pxd = tmp_path / "pkg" / "mod.pxd"
+    pxd.write_text("cdef int y\n")
+    with_pxd = cm.module_hash("pkg.mod")
+    assert with_pxd != only_py
+    pxd.write_text("cdef long y\n")
+    assert cm.module_hash("pkg.mod") not in (with_pxd, only_py)
 
 
 def test_cython_older_than_3_3_1_leaves_the_plain_modules_as_python() -> None:

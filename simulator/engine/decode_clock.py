@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-__all__ = ["DecodeClock", "triangles"]
+__all__ = ["DecodeClock", "segment_sums", "triangles"]
 
 
 class DecodeClock:
@@ -147,6 +147,28 @@ class DecodeClock:
                 out += tri2[:length] * beta
             out += e
         return out_all
+
+
+def segment_sums(seqs: list[int], last: list[int], a: int, w: int) -> tuple[list[int], int, int, int]:
+    """The batch of a jump segment that starts at step ``a`` and the context sums that price it:
+    ``(members, x0, y0, below)``. Members are the requests whose last step ``last[i]`` is at or
+    after ``a``; at step ``a`` request ``i`` attends over ``x = seqs[i] + 1 + a`` FULL tokens (its
+    new token too) and ``min(x, w)`` SWA tokens; ``below`` counts those still under the window
+    ``w``, whose SWA context grows with each step. (Integer sums: the compiled build types them,
+    decode_clock.pxd.)"""
+    members: list[int] = []
+    x0 = y0 = below = 0
+    for i in range(len(last)):
+        if last[i] >= a:
+            members.append(i)
+            x = seqs[i] + 1 + a
+            x0 += x
+            if x < w:
+                y0 += x
+                below += 1
+            else:
+                y0 += w
+    return members, x0, y0, below
 
 
 def triangles(n: int) -> tuple[np.ndarray, np.ndarray]:

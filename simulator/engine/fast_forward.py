@@ -18,7 +18,7 @@ import simpy
 
 from policies.swa_eviction import DecodeContext
 from simulator.engine.admission import chunk_continuation, running_offset
-from simulator.engine.decode_clock import DecodeClock
+from simulator.engine.decode_clock import DecodeClock, segment_sums
 from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
@@ -240,17 +240,8 @@ class FastForwardMixin:
         clock = DecodeClock(now, [], *self.costs.decode_terms(1)[1:])
         a = 0
         for b in cuts:
-            members = [i for i, f in enumerate(last) if f >= a]
+            members, x0, y0, below = segment_sums(seqs, last, a, w)
             segments.append((a, b, members))
-            x0 = y0 = below = 0
-            for i in members:
-                x = seqs[i] + 1 + a  # each step attends over its new token too
-                x0 += x
-                if x < w:
-                    y0 += x
-                    below += 1
-                else:
-                    y0 += w
             clock.add(b - a, self.costs.decode_terms(len(members))[0], len(members), x0, y0, below)
             a = b
             if clock.last_end > arrival and (
