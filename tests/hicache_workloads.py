@@ -70,3 +70,20 @@ def hicache_workload(pools: HiPools, seed: int, max_conv: int = 8) -> list[dict]
             out.append(convs[i][cursors[i]])
             cursors[i] += 1
     return [dict(rid=r, input_ids=i, output_ids=o) for r, i, o in out]
+
+
+def serve_requests(env, server, rec, requests) -> None:
+    """Submit each ``(arrival time, SimRequest)`` to a served HiCache ``server``, run the clock to
+    the end, and close ``rec`` with the HiCache report and the server's counters (the served
+    HiCache tests' shared harness)."""
+    from simulator.engine.hicache_report import HiCacheReport
+
+    def client(t: float, req):
+        yield env.timeout(t)
+        yield server.submit(req)
+
+    for t, req in requests:
+        env.process(client(t, req))
+    env.run()
+    rec.on_hicache(HiCacheReport(server.hicache))
+    rec.on_end(env.now, server.counters())

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
+from hicache_workloads import serve_requests
 
 from simulator.cost.hicache_transfer import HostTransferModel, PoolGeometry, TransferGeometry
 from simulator.engine.config import SimConfig
@@ -60,17 +61,7 @@ def _serve(setup: HiCacheSetup, requests: list[tuple[float, SimRequest]], **cfg)
     starts: list[float] = []
     server.on_pass = lambda: starts.append(env.now)
 
-    def client(t: float, req: SimRequest):
-        yield env.timeout(t)
-        yield server.submit(req)
-
-    for t, req in requests:
-        env.process(client(t, req))
-    env.run()
-    from simulator.engine.hicache_report import HiCacheReport
-
-    rec.on_hicache(HiCacheReport(server.hicache))
-    rec.on_end(env.now, server.counters())
+    serve_requests(env, server, rec, requests)
     return server, rec, starts
 
 

@@ -18,12 +18,12 @@ import json
 import numpy as np
 import pytest
 import simpy
+from hicache_workloads import serve_requests
 from test_hicache_engine import POOLS, LinearCost
 from test_hicache_l3_served import LAT, READ_S, TRACE, _setup
 from test_hicache_overlap import _assert_same_frames
 
 from simulator.engine.config import SimConfig
-from simulator.engine.hicache_report import HiCacheReport
 from simulator.engine.metrics import Recorder
 from simulator.engine.request import SimRequest
 from simulator.engine.server import ServerModel
@@ -69,15 +69,7 @@ def _serve(setup, requests, pools, cost, overlap: bool, on_pass=None, **cfg):
     if on_pass is not None:
         server.on_pass = lambda: on_pass(server)
 
-    def client(t: float, req: SimRequest):
-        yield env.timeout(t)
-        yield server.submit(req)
-
-    for t, req in requests:
-        env.process(client(t, req))
-    env.run()
-    rec.on_hicache(HiCacheReport(server.hicache))
-    rec.on_end(env.now, server.counters())
+    serve_requests(env, server, rec, requests)
     return server, rec.report_frames(), rec.report_summary()["hicache"]
 
 

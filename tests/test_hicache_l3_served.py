@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import simpy
+from hicache_workloads import serve_requests
 from test_hicache_engine import POOLS, LinearCost  # the same pools and hand-checkable prices
 
 from simulator.cost.hicache_transfer import HostTransferModel, PoolGeometry, TransferGeometry
@@ -83,17 +84,7 @@ def _scenario(setup: HiCacheSetup, pools: ServerPools = POOLS, late: bool = Fals
         env, SimConfig(check_invariants=True, **cfg), pools, LinearCost(), rec, hicache=setup
     )
 
-    def client(t: float, req: SimRequest):
-        yield env.timeout(t)
-        yield server.submit(req)
-
-    for t, req in requests:
-        env.process(client(t, req))
-    env.run()
-    from simulator.engine.hicache_report import HiCacheReport
-
-    rec.on_hicache(HiCacheReport(server.hicache))
-    rec.on_end(env.now, server.counters())
+    serve_requests(env, server, rec, requests)
     frames = rec.report_frames()
     d_prefetch = frames["hicache_prefetches"].set_index("rid").loc["d"]
     d_prefill = frames["prefill_batches"].iloc[-1]

@@ -11,10 +11,10 @@ from dataclasses import replace
 import numpy as np
 import pytest
 import simpy
+from hicache_workloads import serve_requests
 from test_hicache_engine import POOLS, TRACE, LinearCost, _setup
 
 from simulator.engine.config import SimConfig
-from simulator.engine.hicache_report import HiCacheReport
 from simulator.engine.hicache_steps import HiCacheSetup
 from simulator.engine.metrics import Recorder
 from simulator.engine.request import SimRequest
@@ -53,15 +53,7 @@ def _serve(setup: HiCacheSetup, requests: list[tuple[float, SimRequest]], **cfg)
     rec = Recorder()
     server = ServerModel(env, SimConfig(**{**OVERLAP, **cfg}), POOLS, LinearCost(), rec, hicache=setup)
 
-    def client(t: float, req: SimRequest):
-        yield env.timeout(t)
-        yield server.submit(req)
-
-    for t, req in requests:
-        env.process(client(t, req))
-    env.run()
-    rec.on_hicache(HiCacheReport(server.hicache))
-    rec.on_end(env.now, server.counters())
+    serve_requests(env, server, rec, requests)
     return server, rec
 
 
