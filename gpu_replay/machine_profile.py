@@ -29,7 +29,6 @@ import json
 import sys
 from pathlib import Path
 
-
 from gpu_replay import transfer_model as tm
 from gpu_replay.calibrate import SPLIT
 from gpu_replay.step_calib import load_measurements, score
@@ -147,10 +146,11 @@ def build(results: Path, name: str, per_layer: Path, allreduce_from: Path, mimo_
         "all-reduce: torchrun --nproc_per_node N benchmarks/gpu_allreduce.py (N = 2, 4); "
         f"python -m gpu_replay.machine_profile --results {rel} --name {name}"
     )
+    ar_src = old["provenance"]["source"].split("all-reduce: ")[-1]
     source = (
         f"steps and D2H write-back: {env['name']} (driver {env['driver']}), torch {env['torch']}, "
         f"CUDA {env['cuda']}, host {env['host']}, one call; H2D per layer: {per_layer.name}; "
-        f"all-reduce: kept from {allreduce_from.name} ({old['provenance']['source'].split('all-reduce: ')[-1]})"
+        f"all-reduce: kept from {allreduce_from.name} ({ar_src})"
     )
     prov = {"kind": "fitted", "gpu": gpu, "model": "gpt-oss-120b", "tp": 2, "tool": tool}
     prov |= {"date": st["date"], "source": source}
@@ -185,7 +185,11 @@ def main() -> None:
     a = ap.parse_args()
     date = json.loads((a.results / "steps.json").read_text())["date"]
     profiles = build(
-        a.results, a.name or f"h100-gpt-oss-120b-tp2-fitted-{date}", a.per_layer, a.allreduce_from, a.mimo_allreduce_from
+        a.results,
+        a.name or f"h100-gpt-oss-120b-tp2-fitted-{date}",
+        a.per_layer,
+        a.allreduce_from,
+        a.mimo_allreduce_from,
     )
     stale = []
     for name, prof in profiles.items():
