@@ -78,13 +78,54 @@ def run_one(args: list[str], out: Path) -> dict:
     return summary
 
 
+#: (model, GPU, TP, profile role, decode batch, context tokens per request) of the --steps table
+STEP_ROWS = (("gpt-oss-120b", "H100", 2, GPTOSS, 10, 3300), ("MiMo-V2-Flash", "H200", 4, MIMO, 10, 3300))
+
+
+def step_table() -> None:
+    """One decode step (batch 10, 3.3k context each, as in seed 000's first rounds) under every
+    profile set, with the preset's expert bytes (what a run uses) and with the bf16 stand-in's
+    2 bytes per parameter (what the microbenchmarks measured): the sets agree on the stand-in and
+    differ in how they carry its times over to the preset's MXFP4 experts."""
+    from simulator.cost import CostModel, load_profile
+    from simulator.gpus import get_gpu
+    from simulator.models import load_model
+
+    for model, gpu, tp, role, bs, ctx in STEP_ROWS:
+        m, g = load_model(model), get_gpu(gpu)
+        sets = {"defaults": None}
+        sets |= {
+            d: PROFILES / f"{dict(zip((GPTOSS, MIMO), n, strict=True))[role]}.json"
+            for d, n in PROFILE_SETS.items()
+        }
+        for label, path in sets.items():
+            prof = load_profile(path) if path else {"version": 1, "coefficients": {}}
+            cells = []
+            for model_keys in ({}, {"expert_bytes_per_param": 2.0}):
+                cm = CostModel.from_presets(m, g, tp, {**prof, "model": model_keys})
+                swa = bs * min(ctx, (cm.geometry.sliding_window or ctx) + 1)
+                br = cm.decode_breakdown(bs, bs * ctx, swa)
+                cells.append(f"{sum(br.values()) * 1e3:6.2f} ms (MoE {br['moe'] * 1e3:5.2f})")
+            print(
+                f"{model:14s} TP {tp} {gpu} bs {bs}: {label:10s} preset bytes {cells[0]}, stand-in {cells[1]}"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--out", type=Path, default=None, help="folder for the runs' JSON (required unless --steps)"
+    )
+    ap.add_argument("--steps", action="store_true", help="print the decode-step table and stop")
     ap.add_argument("--only", choices=("defaults", "profile"), default=None)
     ap.add_argument("--runs", default=",".join(RUNS))
     ap.add_argument("--profiles", choices=tuple(PROFILE_SETS), default="2026-11-27")
     a = ap.parse_args()
+    if a.steps:
+        step_table()
+        return
+    if a.out is None:
+        ap.error("--out is required")
     names = dict(zip((GPTOSS, MIMO), PROFILE_SETS[a.profiles], strict=True))
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.runs.split(","):
