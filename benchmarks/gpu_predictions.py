@@ -2,8 +2,12 @@
 (docs/validation.md, "GPU calibration"): runs the kvplan commands, writes each run's JSON summary
 and prints the table's numbers.
 
-    python benchmarks/gpu_predictions.py --out gpu_replay/results/calibrate-2026-11-26/predictions \
-        [--only profile]
+    python benchmarks/gpu_predictions.py --out gpu_replay/results/predictions-2026-11-27 \
+        [--only profile] [--profiles 2026-11-26]
+
+``--profiles``: which profile set the "profile" column uses: ``2026-11-27`` (default; one H100's
+steps and write-back from one device call, gpu_replay/machine_profile.py) or ``2026-11-26`` (the
+session-five profiles, whose table is in gpu_replay/results/calibrate-2026-11-26/predictions).
 """
 
 from __future__ import annotations
@@ -24,12 +28,15 @@ SEED000 = (
     "--ready-queue-policy random --enable-round-barrier --disable-random-sample --tombstone legacy"
 ).split()
 GSM8K = "run --format mooncake --block-size 64 --no-progress".split()
-RUNS: dict[str, tuple[list[str], Path]] = {
-    "seed000-before": ([*SEED000, "--swa-eviction", "none"], PROFILES / "transferred-mimo-v2-flash-tp4.json"),
-    "seed000-after": (
-        [*SEED000, "--swa-eviction", "window"],
-        PROFILES / "transferred-mimo-v2-flash-tp4.json",
-    ),
+#: profile sets by date: (gpt-oss-120b TP 2 on H100, MiMo-V2-Flash TP 4 transferred)
+PROFILE_SETS = {
+    "2026-11-27": ("h100-gpt-oss-120b-tp2-fitted-2026-11-27", "transferred-mimo-v2-flash-tp4-2026-11-27"),
+    "2026-11-26": ("h100-gpt-oss-120b-tp2-fitted", "transferred-mimo-v2-flash-tp4"),
+}
+GPTOSS, MIMO = "gpt-oss", "mimo"
+RUNS: dict[str, tuple[list[str], str]] = {
+    "seed000-before": ([*SEED000, "--swa-eviction", "none"], MIMO),
+    "seed000-after": ([*SEED000, "--swa-eviction", "window"], MIMO),
     "gsm8k-gptoss": (
         [
             *GSM8K,
@@ -42,7 +49,7 @@ RUNS: dict[str, tuple[list[str], Path]] = {
             "--gpu",
             "H100",
         ],
-        PROFILES / "h100-gpt-oss-120b-tp2-fitted.json",
+        GPTOSS,
     ),
     "gsm8k-mimo": (
         [
@@ -56,7 +63,7 @@ RUNS: dict[str, tuple[list[str], Path]] = {
             "--gpu",
             "H200",
         ],
-        PROFILES / "transferred-mimo-v2-flash-tp4.json",
+        MIMO,
     ),
 }
 
@@ -71,15 +78,59 @@ def run_one(args: list[str], out: Path) -> dict:
     return summary
 
 
+#: (model, GPU, TP, profile role, decode batch, context tokens per request) of the --steps table
+STEP_ROWS = (("gpt-oss-120b", "H100", 2, GPTOSS, 10, 3300), ("MiMo-V2-Flash", "H200", 4, MIMO, 10, 3300))
+
+
+def step_table() -> None:
+    """One decode step (batch 10, 3.3k context each, as in seed 000's first rounds) under every
+    profile set, with the preset's expert bytes (what a run uses) and with the bf16 stand-in's
+    2 bytes per parameter (what the microbenchmarks measured): the sets agree on the stand-in and
+    differ in how they carry its times over to the preset's MXFP4 experts."""
+    from simulator.cost import CostModel, load_profile
+    from simulator.gpus import get_gpu
+    from simulator.models import load_model
+
+    for model, gpu, tp, role, bs, ctx in STEP_ROWS:
+        m, g = load_model(model), get_gpu(gpu)
+        sets = {"defaults": None}
+        sets |= {
+            d: PROFILES / f"{dict(zip((GPTOSS, MIMO), n, strict=True))[role]}.json"
+            for d, n in PROFILE_SETS.items()
+        }
+        for label, path in sets.items():
+            prof = load_profile(path) if path else {"version": 1, "coefficients": {}}
+            cells = []
+            for model_keys in ({}, {"expert_bytes_per_param": 2.0}):
+                cm = CostModel.from_presets(m, g, tp, {**prof, "model": model_keys})
+                swa = bs * min(ctx, (cm.geometry.sliding_window or ctx) + 1)
+                br = cm.decode_breakdown(bs, bs * ctx, swa)
+                cells.append(f"{sum(br.values()) * 1e3:6.2f} ms (MoE {br['moe'] * 1e3:5.2f})")
+            print(
+                f"{model:14s} TP {tp} {gpu} bs {bs}: {label:10s} preset bytes {cells[0]}, stand-in {cells[1]}"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--out", type=Path, default=None, help="folder for the runs' JSON (required unless --steps)"
+    )
+    ap.add_argument("--steps", action="store_true", help="print the decode-step table and stop")
     ap.add_argument("--only", choices=("defaults", "profile"), default=None)
     ap.add_argument("--runs", default=",".join(RUNS))
+    ap.add_argument("--profiles", choices=tuple(PROFILE_SETS), default="2026-11-27")
     a = ap.parse_args()
+    if a.steps:
+        step_table()
+        return
+    if a.out is None:
+        ap.error("--out is required")
+    names = dict(zip((GPTOSS, MIMO), PROFILE_SETS[a.profiles], strict=True))
     a.out.mkdir(parents=True, exist_ok=True)
     for name in a.runs.split(","):
-        args, profile = RUNS[name]
+        args, which = RUNS[name]
+        profile = PROFILES / f"{names[which]}.json"
         for variant in ("defaults", "profile"):
             if a.only not in (None, variant):
                 continue
