@@ -69,6 +69,7 @@ class Partition:
     disjoint: bool
     load_stream: torch.cuda.Stream
     compute_stream: torch.cuda.Stream
+    raw_counts: dict = field(default_factory=dict)
     _keep: list = field(default_factory=list, repr=False)
     _close: object = field(default=None, repr=False)
 
@@ -80,6 +81,7 @@ class Partition:
             "compute_sms": self.compute_sms,
             "total_sms": self.total_sms,
             "disjoint": self.disjoint,
+            "raw_counts": self.raw_counts,
         }
 
     def close(self) -> None:
@@ -147,18 +149,28 @@ def _driver_partition(k: int, device: int) -> Partition:
         for c in (lctx, cctx):
             drv.call("cuGreenCtxDestroy", c)
 
+    total = torch.cuda.get_device_properties(device).multi_processor_count
+    load = _plausible(total, lsms, sm_count_of(group), k)
+    raw = {"green_load": lsms, "green_compute": csms, "split_group": sm_count_of(group)}
+    raw |= {"split_rest": sm_count_of(rest), "device": sm_count_of(whole)}
     return Partition(
         backend="driver",
         asked_k=k,
-        load_sms=lsms or sm_count_of(group),
-        compute_sms=csms or sm_count_of(rest),
-        total_sms=sm_count_of(whole),
+        load_sms=load,
+        compute_sms=_plausible(total, csms, sm_count_of(rest), total - load),
+        total_sms=total,
         disjoint=True,
         load_stream=torch.cuda.ExternalStream(lstream.value, device=device),
         compute_stream=torch.cuda.ExternalStream(cstream.value, device=device),
+        raw_counts=raw,
         _keep=[drv, group, rest, whole],
         _close=close,
     )
+
+
+def _plausible(total: int, *counts: int) -> int:
+    """The first count within the device (a count read at a wrong struct offset would not be)."""
+    return next(n for n in counts if 0 < n <= total)
 
 
 def _torch_partition(k: int, device: int) -> Partition:

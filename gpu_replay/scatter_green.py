@@ -154,11 +154,22 @@ class Side:
 
 
 def tma_mover(s, grid: int):
-    """PER_LAYER_TMA (16 KiB ops, two stages, PDL) with ``grid`` blocks (0: one per SM)."""
+    """PER_LAYER_TMA (16 KiB ops, two stages, PDL) with ``grid`` blocks (0: one per SM), capped
+    and reshaped by ``s.load_shape`` where set (fewer host reads in flight)."""
     from gpu_replay.transfer_cuda import CudaBulkTransfer
     from gpu_replay.transfer_defaults import PER_LAYER_TMA
 
-    return CudaBulkTransfer(s.hosts["thp"], s.dev, dataclasses.replace(PER_LAYER_TMA, grid=grid))
+    cfg = load_config(PER_LAYER_TMA, grid, getattr(s, "load_shape", {}))
+    return CudaBulkTransfer(s.hosts["thp"], s.dev, cfg)
+
+
+def load_config(base, grid: int, shape: dict):
+    """``base`` with ``grid`` blocks (0: one per SM), the block count capped by ``shape["blocks"]``
+    and the ring by ``shape["chunk"]`` / ``shape["stages"]`` where those are set (non-zero)."""
+    cap = shape.get("blocks", 0)
+    grid = min(grid, cap) if cap and grid else cap or grid
+    chunk, stages = shape.get("chunk") or base.chunk, shape.get("stages") or base.stages
+    return dataclasses.replace(base, grid=grid, chunk=chunk, stages=stages)
 
 
 def load_alone(s, side: Side, hi, di, direction: str, reps: int) -> tuple[float, float]:
@@ -187,6 +198,7 @@ def curve(s, side: Side, plan: Plan, peak: dict, reps: int, res: list) -> None:
                 "mode": side.mode,
                 "k": side.k,
                 "load_sms": side.load_sms,
+                "load_blocks": getattr(side.mover, "grid", None),
                 "direction": d,
                 "prefix": prefix,
             }
@@ -255,6 +267,7 @@ def overlap_cell(
             row
             | {
                 "load_sms": side.load_sms,
+                "load_blocks": getattr(side.mover, "grid", None),
                 "compute_sms": side.compute_sms,
                 "compute_calls": calls,
                 "load_span_alone_s": span_alone,
@@ -437,6 +450,9 @@ def parse(argv=None):
     ap.add_argument("--host-cap-gib", type=float, default=8.0)
     ap.add_argument("--device-cap-gib", type=float, default=8.0)
     ap.add_argument("--no-baseline", action="store_true")
+    ap.add_argument("--load-blocks", type=int, default=0, help="cap on the load blocks (0: one per SM)")
+    ap.add_argument("--chunk-kib", type=int, default=0, help="bytes per bulk op (0: PER_LAYER_TMA's 16)")
+    ap.add_argument("--stages", type=int, default=0, help="ring depth (0: PER_LAYER_TMA's 2)")
     ap.add_argument("--dry-run", action="store_true", help="no CUDA: synthetic numbers through the tables")
     return ap.parse_args(argv)
 
@@ -453,6 +469,8 @@ def main(argv=None) -> None:
     run.res["support"] = torch_support()
     print("support", run.res["support"], flush=True)
     s, attn = setup(run)
+    s.load_shape = {"blocks": args.load_blocks, "chunk": args.chunk_kib << 10, "stages": args.stages}
+    run.res["load_shape"] = s.load_shape
     run.res["attn"] = {"t_big_s": attn.t_big, "t_small_s": attn.t_small}
     print(
         "peak",

@@ -6,6 +6,7 @@ are right under a partition, in every order, with compute running on the other s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -84,6 +85,19 @@ def test_verdict_needs_both_targets():
     rows[0] |= overlap_row("split", 8, "h2d", "load_first", 4096, 1.0, 1.0, 1.0, 1.0, 1.5)
     (v,) = verdicts({"overlap": rows})
     assert not v["meets_both"] and v["hidden_full_min"] == pytest.approx(0.5)
+
+
+def test_load_shape_caps_blocks_and_reshapes_the_ring():
+    from gpu_replay.scatter_green import load_config
+    from gpu_replay.transfer_defaults import PER_LAYER_TMA as base
+
+    assert load_config(base, 8, {}) == dataclasses.replace(base, grid=8)
+    assert load_config(base, 32, {"blocks": 8}).grid == 8
+    assert load_config(base, 4, {"blocks": 8}).grid == 4  # a cap never adds blocks
+    assert load_config(base, 0, {"blocks": 8}).grid == 8  # whole GPU, capped
+    assert load_config(base, 0, {"blocks": 0}).grid == 0  # whole GPU, one block per SM
+    cfg = load_config(base, 8, {"chunk": 8 << 10, "stages": 3})
+    assert (cfg.chunk, cfg.stages, cfg.pdl) == (8 << 10, 3, True)
 
 
 def test_sm_count_is_read_from_the_resource_union():
