@@ -5,7 +5,10 @@ The model, per TP rank (each rank moves its own KV shard over its own PCIe link)
 
 * **Kernel io-backend** (SGLang's SM copy kernels, ``transfer_kv_per_layer`` /
   ``transfer_kv_all_layer``): one kernel call per layer for a per-layer load, one per pool for an
-  all-layer backup; ``t = calls x call_overhead + bytes / (peak x efficiency)``.
+  all-layer backup; ``t = calls x call_overhead + bytes / (peak x efficiency)``. A write-back
+  submission (one flush of queued backups) may also pay ``kernel_first_call_extra_d2h_s`` once,
+  for its first call (measured: the first call of a step costs about twice the calls behind it,
+  the host's issue path being cold after the scheduler's work; 0 by default).
 * **Direct io-backend** (``transfer_kv_direct`` / ``*_direct_pf_lf``: one ``cudaMemcpyAsync`` per
   page, per layer, per K and V): the copy engines move bytes at the link peak but each copy costs
   the issuing CPU a fixed time; ``t = copies x copy_overhead + bytes / peak``.
@@ -59,6 +62,11 @@ class TransferCoefficients:
     * ``page_first_kernel_factor``: page_first vs layer_first with the same kernel, same file
       (bulk 48.3 vs 48.0 GB/s H2D, 50.1 vs 50.1 D2H): 1.0. ``page_head`` is not measured and
       is priced as page_first.
+    * ``kernel_first_call_extra_d2h_s``: what the first write-back call of a submission costs
+      beyond ``kernel_call_overhead_d2h_s`` (the ``first_next`` form of
+      :mod:`gpu_replay.transfer_model`: first call ``a + extra``, every next call ``a``). 0 here
+      (every call alike, the form of the defaults' fit); a one-machine profile sets it
+      (gpu_replay/machine_profile.py).
     * ``*_overlap_efficiency``: the overlap runs (32k-prefix per-layer loads beside a causal
       attention 1.2-1.3x as long, compute issued first): copy engines hid 94-100 % of the load
       (0.97), the ``cuda`` kernel with 16-32 blocks 78-91 % (0.85); docs/gpu-replay.md.
@@ -70,6 +78,7 @@ class TransferCoefficients:
     kernel_efficiency_d2h: float = 0.908
     kernel_call_overhead_h2d_s: float = 7.8e-6
     kernel_call_overhead_d2h_s: float = 5.8e-6
+    kernel_first_call_extra_d2h_s: float = 0.0
     direct_copy_overhead_h2d_s: float = 2.8e-6
     direct_copy_overhead_d2h_s: float = 2.1e-6
     page_first_kernel_factor: float = 1.0
@@ -202,10 +211,14 @@ class HostTransferModel:
 
     def backup_time(self, geometry: TransferGeometry, full_tokens: int, swa_tokens: int = 0) -> float:
         """D->H write of a backup: ``full_tokens`` of the full pool and ``swa_tokens`` of the
-        SWA pool (one window at most per node), all layers, one call per pool."""
+        SWA pool (one window at most per node), all layers, one call per pool; the first call
+        of the submission pays ``kernel_first_call_extra_d2h_s`` on top (kernel io-backend)."""
         t = self.pool_time("d2h", full_tokens, geometry.full, per_layer=False)
         if geometry.swa is not None:
             t += self.pool_time("d2h", swa_tokens, geometry.swa, per_layer=False)
+        extra = self.c.kernel_first_call_extra_d2h_s
+        if extra and t > 0 and self.io_backend == "kernel":  # 0: today's pricing, bit for bit
+            t += extra
         return t
 
     def load_time(self, geometry: TransferGeometry, full_tokens: int, swa_tokens: int = 0) -> float:
