@@ -192,8 +192,7 @@ def fitted_profile(report: dict, env: dict, command: str, date: str) -> dict:
         f"earlier profile ({prov['source']})"
     )
     cv = ", ".join(f"{n} {v['median_abs_pct']:.2f}%" for n, v in report["cv"].items())
-    notes = prov["notes"].split("[step form] ")[0].rstrip()
-    prov["notes"] = f"{notes} [step form] " + (
+    prov["notes"] = f"{_carried_notes(prov['notes'])} [step form] " + (
         f"Step form '{report['chosen']}' chosen by the pre-registered rule (gpu_replay/calibration/"
         f"step_calib.json): leave-one-shape-out CV on {len(res['fit']['rows'])} fit shapes, each the "
         f"median of >= {min(s['repeats'] for s in report['repeat_stats'])} interleaved repeats on one "
@@ -204,6 +203,14 @@ def fitted_profile(report: dict, env: dict, command: str, date: str) -> dict:
     )
     validate_profile(prof, origin=PROFILE)
     return prof
+
+
+def _carried_notes(notes: str) -> str:
+    """The earlier profile's notes that still hold for the new one: its general remarks, without
+    its own held-out scores (a sentence naming "held-out step shapes") or its step-form section,
+    which this fit replaces."""
+    kept = [s for s in notes.split("[step form] ")[0].split(". ") if "held-out step shapes" not in s]
+    return ". ".join(kept).strip()
 
 
 def _fmt(v: float | None) -> str:

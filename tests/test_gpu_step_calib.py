@@ -151,6 +151,9 @@ def test_fit_and_heldout_scores_on_synthetic_measurements():
         prov["kind"] == "fitted" and prov["tool"].endswith("; cmd") and "gpu_replay.step_fit" in prov["tool"]
     )
     assert prov["notes"].count("[step form]") == 1 and "'tiles_prefill'" in prov["notes"]
+    # the earlier profile's own held-out score is not carried into the new profile's notes
+    assert prov["notes"].count("eld-out step shapes") == 1 and "3.1%" not in prov["notes"]
+    assert "All-reduce from 2 GPUs" in prov["notes"]
     assert prov["source"].startswith("step coefficients: GPU (driver 1), torch 2, CUDA 3")
     assert prof["coefficients"]["moe_tile_tokens"] == 128.0 and "allreduce_bus_gbps" in prof["coefficients"]
     assert "moe_decode_tile_tokens" not in prof["coefficients"]
