@@ -1,0 +1,35 @@
+"""Records in lists, for the chunked readers (issue 14): one batching loop for JSON lines and CSV rows.
+
+A reader checks a chunk with a few C-level passes and falls back to record-by-record checks for
+a chunk that is not plain. An input error (bad JSON, undecodable bytes, a CSV quirk) must not
+hide an earlier bad record, so the records read before it are handed over first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def record_chunks(records: Iterable[T], size: int) -> Iterator[list[T]]:
+    """Lists of ``size`` consecutive records (the last one shorter), none lost or repeated.
+
+    When reading ``records`` raises an ``Exception``, the records read before it are yielded as
+    one last (partial) chunk and then the error is raised, so a reader checking that chunk still
+    reports the first bad record first. Other ``BaseException``\\ s (Ctrl-C) pass straight through.
+    """
+    chunk: list[T] = []
+    try:
+        for record in records:
+            chunk.append(record)
+            if len(chunk) >= size:
+                yield chunk
+                chunk = []
+    except Exception:
+        if chunk:
+            yield chunk
+        raise
+    if chunk:
+        yield chunk
