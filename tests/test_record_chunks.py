@@ -43,6 +43,31 @@ def test_a_full_chunk_is_handed_over_before_the_next_record_is_read() -> None:
     assert next(chunks) == [4, 5, 6, 7] and src.taken == 8
 
 
+class _Once:
+    """An iterator that may not be asked again once it has said it is exhausted."""
+
+    def __init__(self, n: int) -> None:
+        self.n, self.asked, self.done = n, 0, False
+
+    def __iter__(self) -> _Once:
+        return self
+
+    def __next__(self) -> int:
+        assert not self.done, "asked again after StopIteration"
+        self.asked += 1
+        if self.asked > self.n:
+            self.done = True
+            raise StopIteration
+        return self.asked - 1
+
+
+@pytest.mark.parametrize("n", [0, 2, 3, 5, 6])
+def test_the_records_are_asked_for_once_each_and_once_more(n: int) -> None:
+    src = _Once(n)
+    assert [r for c in record_chunks(src, 3) for r in c] == list(range(n))
+    assert src.asked == n + 1
+
+
 @pytest.mark.parametrize(("n", "expected"), [(5, [[0, 1, 2], [3, 4]]), (6, [[0, 1, 2], [3, 4, 5]]), (0, [])])
 def test_the_partial_chunk_comes_before_the_error(n: int, expected: list[list[int]]) -> None:
     error = TraceFormatError("t.jsonl", n + 1, None, "invalid JSON (x)")
