@@ -16,6 +16,7 @@ from typing import Any
 
 from traces.errors import TraceFormatError
 from traces.jsonl import opened
+from traces.record_chunks import record_chunks
 from traces.source import TraceInput
 
 #: ``json.loads(s)`` is ``_default_decoder.decode(s)``, which calls this scanner at the first
@@ -49,20 +50,7 @@ def iter_json_chunks(
     with opened(source) as inp:
         if limit is not None and limit <= 0:
             return
-        size = size or CHUNK
-        chunk: list[tuple[int, Any]] = []
-        try:
-            for record in _records(inp, limit):
-                chunk.append(record)
-                if len(chunk) >= size:
-                    yield chunk
-                    chunk = []
-        except Exception:
-            if chunk:
-                yield chunk
-            raise
-        if chunk:
-            yield chunk
+        yield from record_chunks(_records(inp, limit), size or CHUNK)
 
 
 def _records(inp: TraceInput, limit: int | None) -> Iterator[tuple[int, Any]]:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 import numpy as np
 
 from traces.jsonl import MAX_TOKENS
+from traces.record_chunks import record_chunks
 
 #: Rows per chunk.
 CHUNK = 4096
@@ -25,25 +26,22 @@ _DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(
 def row_chunks(reader: Iterable[list[str]], line_num: Callable[[], int], limit: int | None) -> Iterator[list]:
     """Lists of up to :data:`CHUNK` ``(line number, row)`` pairs of the non-blank rows, the
     first ``limit`` of them. An error reading the input comes after the rows before it."""
-    chunk: list[tuple[int, list[str]]] = []
+    return record_chunks(_rows(reader, line_num, limit), CHUNK)
+
+
+def _rows(
+    reader: Iterable[list[str]], line_num: Callable[[], int], limit: int | None
+) -> Iterator[tuple[int, list[str]]]:
+    """``(line number, row)`` of the non-blank rows; after the ``limit``-th no row is read
+    (a ``limit`` below 1 still gives the first row)."""
     n = 0
-    try:
-        for row in reader:
-            if not row or not "".join(row).strip():  # blank: every cell is whitespace
-                continue
-            chunk.append((line_num(), row))
-            n += 1
-            if limit is not None and n >= limit:
-                break
-            if len(chunk) >= CHUNK:
-                yield chunk
-                chunk = []
-    except Exception:
-        if chunk:
-            yield chunk
-        raise
-    if chunk:
-        yield chunk
+    for row in reader:
+        if not row or not "".join(row).strip():  # blank: every cell is whitespace
+            continue
+        yield line_num(), row
+        n += 1
+        if limit is not None and n >= limit:
+            return
 
 
 def plain_rows(rows: list[tuple[int, list[str]]], units: dict[str, int]) -> tuple[np.ndarray, ...] | None:
