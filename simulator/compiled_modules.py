@@ -89,7 +89,18 @@ def module_hash(name: str) -> str:
     pxd = src[: -len(".py")] + ".pxd"
     if not os.path.exists(pxd):
         return source_hash(src)
-    return f"{source_hash(src)}+{source_hash(pxd)}"
+    # a build checks at import the layout of each compiled module its .pxd cimports: an edit of
+    # one of those makes this build stale too (else it would meet that module's .py, a ValueError)
+    deps = "".join(f"+{module_hash(dep)}" for dep in pxd_cimports(pxd))
+    return f"{source_hash(src)}+{source_hash(pxd)}{deps}"
+
+
+def pxd_cimports(pxd: str) -> list[str]:
+    """The modules of :data:`COMPILED_MODULES` that the ``.pxd`` file ``pxd`` cimports."""
+    with open(pxd) as f:
+        words = [line.split() for line in f]
+    names = [w[1] for w in words if len(w) > 2 and w[0] == "from" and w[2] == "cimport"]
+    return [n for n in names if n in COMPILED_MODULES]
 
 
 def read_record() -> dict[str, str]:

@@ -14,8 +14,6 @@ records (:meth:`SWAKVAllocator.apply_op`) instead of counts; the counters move t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
 
 from simulator.errors import ConfigError
@@ -25,29 +23,56 @@ from simulator.memory_ops import FREES_FULL, FREES_SWA, MemoryOp, MemoryOpExecut
 _EMPTY = np.empty(0, dtype=np.int64)
 
 
-@dataclass
 class AllocatorStats:
-    """Cumulative page traffic, for counters and the GPU replay op log."""
+    """Cumulative page traffic, for counters and the GPU replay op log.
 
-    full_pages_allocated: int = 0
-    swa_pages_allocated: int = 0
-    full_pages_freed: int = 0
-    swa_pages_freed: int = 0
+    A plain class, not a dataclass: the compiled build makes it a C struct (kv_allocator.pxd)."""
+
+    def __init__(
+        self,
+        full_pages_allocated: int = 0,
+        swa_pages_allocated: int = 0,
+        full_pages_freed: int = 0,
+        swa_pages_freed: int = 0,
+    ) -> None:
+        self.full_pages_allocated = full_pages_allocated
+        self.swa_pages_allocated = swa_pages_allocated
+        self.full_pages_freed = full_pages_freed
+        self.swa_pages_freed = swa_pages_freed
+
+    def __repr__(self) -> str:
+        return (
+            f"AllocatorStats(full_pages_allocated={self.full_pages_allocated}, "
+            f"swa_pages_allocated={self.swa_pages_allocated}, "
+            f"full_pages_freed={self.full_pages_freed}, swa_pages_freed={self.swa_pages_freed})"
+        )
 
 
-@dataclass
 class SWAKVAllocator:
     """Free-page counters of the full and the SWA pool, in SGLang's token units.
 
-    ``full_tokens`` / ``swa_tokens`` are the allocator sizes (``size`` / ``size_swa``).
+    ``full_tokens`` / ``swa_tokens`` are the allocator sizes (``size`` / ``size_swa``). A plain
+    class, not a dataclass: the compiled build makes it a cdef class with C counters
+    (kv_allocator.pxd), since its frees and allocations run on every scheduler step.
     """
 
-    full_tokens: int
-    swa_tokens: int
-    page_size: int = 1
-    stats: AllocatorStats = field(default_factory=AllocatorStats)
+    def __init__(
+        self, full_tokens: int, swa_tokens: int, page_size: int = 1, stats: AllocatorStats | None = None
+    ) -> None:
+        self.full_tokens = full_tokens
+        self.swa_tokens = swa_tokens
+        self.page_size = page_size
+        self.stats = AllocatorStats() if stats is None else stats
+        self.__post_init__()
+
+    def __repr__(self) -> str:
+        return (
+            f"SWAKVAllocator(full_tokens={self.full_tokens}, swa_tokens={self.swa_tokens}, "
+            f"page_size={self.page_size}, stats={self.stats!r})"
+        )
 
     def __post_init__(self) -> None:
+        """Check the sizes and set the counters (a hook subclasses extend, as the dataclass had)."""
         if self.page_size < 1:
             raise ConfigError(f"page_size must be >= 1, got {self.page_size}")
         if self.full_tokens < self.page_size or self.swa_tokens < self.page_size:

@@ -43,25 +43,8 @@ cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, lon
     return node
 
 
-cdef inline int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept:
-    return (<int64_t*>cnp.PyArray_DATA(key))[i]
-
-
-cdef Py_ssize_t match_keys(cnp.ndarray node_key, cnp.ndarray key, Py_ssize_t offset) noexcept:
-    """Number of leading pages of ``node_key`` equal to ``key[offset:]`` (``node.match_pages``)."""
-    cdef Py_ssize_t n = cnp.PyArray_DIM(node_key, 0)
-    cdef Py_ssize_t rest = cnp.PyArray_DIM(key, 0) - offset
-    if rest < n:
-        n = rest
-    if n <= 0:
-        return 0
-    cdef int64_t* a = <int64_t*>cnp.PyArray_DATA(node_key)
-    cdef int64_t* b = (<int64_t*>cnp.PyArray_DATA(key)) + offset
-    cdef Py_ssize_t i
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+# key_at and match_keys are inline functions of _core_node.pxd (inlined in every module that
+# cimports them, instead of a call through the module's function table)
 
 
 cdef class SwaLRUList:

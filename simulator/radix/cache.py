@@ -7,7 +7,6 @@ Paths are relative to ``python/sglang/srt/``.
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,22 +50,25 @@ class EvictionLog:
     swa_evicted: int = 0
 
 
-class SWACacheController(ABC):
+class SWACacheController:
     """The cache controller: the scheduler's only door to the tree and the allocator.
 
-    Shared logic; subclasses bind a tree generation. What the engine may call is
-    :class:`simulator.radix.protocol.CacheController`.
+    Shared logic; subclasses bind a tree generation (``_evict``). What the engine may call is
+    :class:`simulator.radix.protocol.CacheController`. Not an ABC: the compiled build makes the
+    controllers cdef classes (cache.pxd), whose metaclass cannot be ABCMeta.
     """
 
-    tree: UnifiedSWARadixTree | LegacySWARadixTree
     decode_memory_check = False
-    hybrid = True  # FULL + SWA pools; False: a full-attention model (build_controller)
 
     def __init__(self, allocator: SWAKVAllocator, window: int) -> None:
         self.allocator = allocator
         self.page_size = allocator.page_size
         self.window = window
         self.evictions = EvictionLog()
+        self.tree: UnifiedSWARadixTree | LegacySWARadixTree | None = None  # the subclass's
+        self.hybrid = True  # FULL + SWA pools; False: a full-attention model (build_controller)
+        # a full-attention model's one-component unified tree (UnifiedSWACache._split_at_prompt)
+        self.split_at_prompt = False
 
     # ------------------------------------------------------------ recording
     def start_recording(self, need_sort: bool = False) -> MemoryOpExecutor:
@@ -124,9 +126,9 @@ class SWACacheController(ABC):
         return "pool memory leak detected! " + "\n".join(parts) if leak else None
 
     # ------------------------------------------------------------ eviction
-    @abstractmethod
     def _evict(self, full_shortfall: int, swa_shortfall: int):
         """Run the tree generation's eviction for these shortfalls (tokens)."""
+        raise NotImplementedError(f"{type(self).__name__} binds no tree generation")
 
     def evict_to_free_tokens(self, num_tokens: int) -> None:
         """``SWATokenToKVPoolAllocator.evict_to_free_tokens`` / 0.5.15 ``evict_from_tree_cache``."""
@@ -173,13 +175,16 @@ class SWACacheController(ABC):
         if isinstance(reqs, ReqKV):
             reqs = [reqs]
         p = self.page_size
-        extend = sum(r.extend_end - r.prefix_len for r in reqs)
+        extend = pages = 0
+        for r in reqs:
+            end, pre = r.extend_end, r.prefix_len
+            extend += end - pre
+            pages += -(-end // p) - (-(-pre // p))
         # alloc_paged_token_slots_extend over-estimates one page per request
         self.evict_to_free_tokens(extend + len(reqs) * p if p > 1 else extend)
-        pages = sum(-(-r.extend_end // p) - (-(-r.prefix_len // p)) for r in reqs)
         if not self.allocator.can_alloc_pages(pages):
             raise OutOfMemory(
-                f"prefill out of memory for {', '.join(r.rid for r in reqs)}: need {pages * p} tokens, "
+                f"prefill out of memory for {', '.join([r.rid for r in reqs])}: need {pages * p} tokens, "
                 f"available full={self.allocator.full_available_size()} "
                 f"swa={self.allocator.swa_available_size()}"
             )
@@ -200,7 +205,12 @@ class SWACacheController(ABC):
     def decode_pages_needed(self, reqs: list[ReqKV]) -> int:
         """``new_tokens_required_next_decode`` in pages: requests whose next token opens a page."""
         p = self.page_size
-        return sum(1 for r in reqs if r.kv_allocated_len % p == 0)
+        n = 0
+        for r in reqs:
+            a = r.kv_allocated_len
+            if a % p == 0:
+                n += 1
+        return n
 
     def check_decode_mem(self, reqs: list[ReqKV] | ReqKV) -> bool:
         """``ScheduleBatch.check_decode_mem`` -> ``check_decode_capacity`` (0.5.23)."""
@@ -392,7 +402,6 @@ class UnifiedSWACache(SWACacheController):
     """``UnifiedRadixCache`` (mem_cache/unified_radix_cache.py) with FULL + SWA components."""
 
     decode_memory_check = True
-    split_at_prompt = False  # a full-attention model's one-component tree (see _split_at_prompt)
 
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order) -> None:
         super().__init__(allocator, window)
@@ -435,7 +444,7 @@ class UnifiedSWACache(SWACacheController):
             self._free_out_of_window(req, effective - 1)
         if effective <= 0:
             return
-        aligned = floor_page(effective, p)
+        aligned = effective // p * p  # floor_page, inlined (a hot path)
         rows = req.kv_pages
         _, target = self.tree.insert(
             req.pages[: aligned // p],
