@@ -45,3 +45,16 @@ cdef class ServerCore:
     cdef public object in_flight
     cdef public object _fresh_key
     cdef public object process
+
+    # cpdef: a C call from the loop (still overridable from Python, as the tests' patches do)
+    cpdef submit(self, sim)
+    cpdef expect_arrival(self, t)
+    cpdef _check(self)
+    cpdef _complete(self, r, t, reason=*, owned=*, bint notify=*, bint release=*)
+    cpdef _abort(self, req, detail)
+    cpdef _get_new_batch_prefill(self)
+    cpdef _stash_chunked(self, req)
+    cpdef _calc_priority(self)
+    cpdef _prepare_extend(self, batch)
+    cpdef _prefill_joins(self, batch)
+    cpdef _prepare_decode(self)

@@ -325,7 +325,10 @@ class ServerCore:
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
         """``alloc_for_extend`` for a prefill batch; the cached tokens it newly serves, or None
         when allocation failed and the batch was aborted. Both loops share it."""
-        cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
+        cached_before = 0
+        for r in batch:
+            if not r.holds_kv and not r.retracted_stain:
+                cached_before += r.prefix_len
         try:
             self.cache.alloc_for_extend(batch)
         except OutOfMemory as exc:
