@@ -40,6 +40,7 @@ COMPILED_MODULES = (
     "simulator.request_kv",
     "simulator.cost.roofline",
     "simulator.cost.prefill_sums",
+    "simulator.cost.step_prices",
     "policies.swa_eviction",
 )
 

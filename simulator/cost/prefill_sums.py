@@ -24,7 +24,14 @@ def prefill_sums_loop(
     """The sums of :meth:`CostModel._prefill_inputs` for a small batch, one request at a time."""
     tokens = requests = full_pairs = swa_pairs = full_read = swa_read = 0.0
     wf = float(window) if window is not None else 0.0
-    for e, p in zip(extend, prefix, strict=True):
+    n = len(extend)
+    if len(prefix) != n:
+        raise ValueError(f"extend and prefix differ in length: {n} vs {len(prefix)}")
+    # the compiled build keeps e and p as C doubles (prefill_sums.pxd): each sum below is then
+    # the same correctly rounded IEEE result as Python's int/float mix, for lengths below 2**53
+    for i in range(n):
+        e = extend[i]
+        p = prefix[i]
         if e < 0 or p < 0:
             raise ValueError("extend and prefix lengths must be >= 0")
         tokens += e

@@ -45,6 +45,15 @@ from simulator.cost.geometry import INT_GEOMETRY_FIELDS, ModelCostGeometry, deri
 from simulator.cost.moe_tiles import padded_tokens
 from simulator.cost.prefill_sums import capped_triangle, prefill_sums_loop
 from simulator.cost.profile import COEFFICIENT_KEYS, profile_mismatches, validate_profile
+from simulator.cost.step_prices import (
+    StepPrices,
+    attention_parts,
+    decode_seconds,
+    fixed_parts,
+    linear_parts,
+    prefill_parts,
+    prefill_seconds,
+)
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.models import ModelSpec
@@ -114,6 +123,7 @@ class CostModel:
     coefficient_sources: Mapping[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
     _r: _Rates = field(init=False, repr=False, compare=False)
+    _h: StepPrices = field(init=False, repr=False, compare=False)  # the scalar path's constants
 
     def __post_init__(self) -> None:
         if self.tp <= 0:
@@ -160,6 +170,7 @@ class CostModel:
             moe_decode_tile=int(c.moe_decode_tile_tokens),
         )
         object.__setattr__(self, "_r", rates)
+        object.__setattr__(self, "_h", StepPrices(rates, c, g))
 
     # ---- construction --------------------------------------------------------------------------
 
@@ -222,53 +233,20 @@ class CostModel:
         moe_flops_half_tokens`` tokens (an efficiency ``n / (n + half)`` that saturates with n), where
         a ``tile`` (a profile's ``moe_tile_tokens`` for prefill, ``moe_decode_tile_tokens`` for
         decode) first rounds each expert's rows up to whole tiles (:meth:`moe_flop_tokens`)."""
-        r = self._r
-        dense_c = (
-            r.dense_flops_per_token * tokens + r.lm_head_flops_per_request * requests
-        ) / r.dense_flops_rate
-        dense_m = r.dense_bytes / r.weight_bw
-        dense = max(dense_c, dense_m)
-        if r.dense_unhidden:
-            dense += r.dense_unhidden * min(dense_c, dense_m)
-        if r.num_experts:
-            touched = r.num_experts * (1.0 - r.miss_per_token**tokens)
-            n = padded_tokens(tokens, int(r.num_experts), r.experts_per_token, tile) if tile else tokens
-            if r.moe_half_tokens:
-                n = n + r.moe_half_tokens
-            moe_c = r.moe_flops_per_token * n / r.moe_flops_rate
-            moe_m = touched * r.expert_bytes / r.weight_bw
-            moe = max(moe_c, moe_m)
-            if r.moe_unhidden:
-                moe += r.moe_unhidden * min(moe_c, moe_m)
-        else:
-            moe = 0.0
-        return dense, moe
+        return linear_parts(self._h, tokens, requests, tile)
 
     def _fixed_parts(self, tokens: float, requests: float, phase: str) -> tuple[float, float]:
         """(allreduce, overhead) seconds."""
-        r, c, g = self._r, self.coefficients, self.geometry
-        allreduce = r.allreduce_count * (r.allreduce_latency + r.allreduce_s_per_token * tokens)
-        if phase == "decode":
-            overhead = (
-                c.decode_step_overhead_s
-                + c.decode_layer_overhead_s * g.num_layers
-                + c.decode_per_request_s * requests
-            )
-        else:
-            overhead = (
-                c.prefill_step_overhead_s
-                + c.prefill_layer_overhead_s * g.num_layers
-                + c.prefill_per_request_s * requests
-            )
-        return allreduce, overhead
+        return fixed_parts(self._h, tokens, requests, phase == "decode")
 
     def _attention_parts(
         self, full_pairs: Any, swa_pairs: Any, full_read: Any, swa_read: Any, written: float
     ) -> Any:
         """(attn_full, attn_swa) seconds; the pair and read arguments may be floats or arrays (the
         same operations either way, so decode_times matches decode_time bit for bit)."""
-        r = self._r
-        mx = np.maximum if isinstance(full_pairs, np.ndarray) or isinstance(swa_pairs, np.ndarray) else max
+        if not (isinstance(full_pairs, np.ndarray) or isinstance(swa_pairs, np.ndarray)):
+            return attention_parts(self._h, full_pairs, swa_pairs, full_read, swa_read, written)
+        r, mx = self._r, np.maximum  # step_prices.attention_parts's formulas on arrays
         attn_full = mx(
             full_pairs * r.full_flops_per_pair / r.attn_flops_rate,
             (full_read + written) * r.full_kv_bytes / r.kv_bw,
@@ -278,26 +256,6 @@ class CostModel:
             (swa_read + written) * r.swa_kv_bytes / r.kv_bw,
         )
         return attn_full, attn_swa
-
-    def _attention_unhidden(
-        self,
-        attn_full: float,
-        attn_swa: float,
-        full_pairs: float,
-        swa_pairs: float,
-        full_read: float,
-        swa_read: float,
-        written: float,
-    ) -> tuple[float, float]:
-        """Prefill attention plus its unhidden share: ``+ f x min(FLOP time, KV time)`` per kind
-        (FlashAttention's prefill overlaps the KV reads with the tiles' math only in part)."""
-        r = self._r
-        f = r.prefill_attn_unhidden
-        full_c = full_pairs * r.full_flops_per_pair / r.attn_flops_rate
-        full_m = (full_read + written) * r.full_kv_bytes / r.kv_bw
-        swa_c = swa_pairs * r.swa_flops_per_pair / r.attn_flops_rate
-        swa_m = (swa_read + written) * r.swa_kv_bytes / r.kv_bw
-        return attn_full + f * min(full_c, full_m), attn_swa + f * min(swa_c, swa_m)
 
     def _decode_parts(self, bs: int, full_ctx: Any, swa_ctx: Any) -> tuple[Any, ...]:
         n = float(bs)
@@ -321,7 +279,7 @@ class CostModel:
             return 0.0
         if full_ctx_tokens < 0 or swa_ctx_tokens < 0:
             raise ValueError(f"context tokens must be >= 0, got {full_ctx_tokens}, {swa_ctx_tokens}")
-        return float(self._sum(self._decode_parts(bs, float(full_ctx_tokens), float(swa_ctx_tokens))))
+        return decode_seconds(self._h, bs, float(full_ctx_tokens), float(swa_ctx_tokens))
 
     def decode_terms(self, bs: int) -> tuple[float, float, float, float, float, float, float]:
         """A decode step of ``bs`` requests as ``base + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))``.
@@ -410,23 +368,16 @@ class CostModel:
         tokens, requests, full_pairs, swa_pairs, full_read, swa_read = self._prefill_inputs(
             extend_lens, prefix_lens
         )
-        if tokens == 0:
-            return (0.0,) * len(_PARTS)
-        dense, moe = self._linear_parts(tokens, requests, self._r.moe_tile)
-        # Prefill reads the prefix KV and the new tokens' KV, and writes the new tokens' KV.
-        attn_full, attn_swa = self._attention_parts(full_pairs, swa_pairs, full_read, swa_read, tokens)
-        if self._r.prefill_attn_unhidden:
-            attn_full, attn_swa = self._attention_unhidden(
-                attn_full, attn_swa, full_pairs, swa_pairs, full_read, swa_read, tokens
-            )
-        allreduce, overhead = self._fixed_parts(tokens, requests, "prefill")
-        return dense, moe, attn_full, attn_swa, allreduce, overhead
+        return prefill_parts(self._h, tokens, requests, full_pairs, swa_pairs, full_read, swa_read)
 
     def prefill_time(self, extend_lens: Any, prefix_lens: Any) -> float:
         """Seconds for one prefill (extend) forward: request ``i`` computes ``extend_lens[i]`` new
         tokens on top of ``prefix_lens[i]`` cached ones (prefix KV is read, not recomputed). A
         batch with no extend tokens costs nothing."""
-        return float(self._sum(self._prefill_parts(extend_lens, prefix_lens)))
+        tokens, requests, full_pairs, swa_pairs, full_read, swa_read = self._prefill_inputs(
+            extend_lens, prefix_lens
+        )
+        return prefill_seconds(self._h, tokens, requests, full_pairs, swa_pairs, full_read, swa_read)
 
     # ---- reporting -----------------------------------------------------------------------------
 

@@ -74,6 +74,7 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     rows = trace.row_page_keys(page_size)  # a big trace: each request's keys on demand
     if rows is None:
         offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed
+        offsets = offsets.tolist()  # int bounds slice faster than numpy scalars (the same views)
     # the trace's columns as arrays: a trace read into numpy columns builds no DataFrame (issue 14)
     rids = trace.labels("rid")
     sessions = trace.labels("session_id")
@@ -272,13 +273,15 @@ def _open_loop(
     # (a parent's finish can differ by rounding between two exact ways of running the same
     # schedule, fast-forward on or off, and so could a time derived from it), and in row order
     # with the other sends of that instant.
-    released = np.zeros(len(reqs), dtype=bool)  # the parent finished in time for the own time
-    passed = np.zeros(len(reqs), dtype=bool)  # the loop is past the turn's own time
+    # per-row flags as bytes: a scalar read or write of a numpy array costs a numpy scalar
+    waiting = bytearray(waits.tobytes())  # waits is bool: one byte, 0 or 1, per row
+    released = bytearray(len(reqs))  # the parent finished in time for the own time
+    passed = bytearray(len(reqs))  # the loop is past the turn's own time
 
     def release(kids: list[int]) -> None:
         for c in kids:
             if not passed[c] and not math.isnan(own[c]) and env.now + think <= t0 + float(own[c]):
-                released[c] = True  # the loop sends it at its own time
+                released[c] = 1  # the loop sends it at its own time
             else:
                 env.timeout(think).callbacks.append(lambda _ev, c=c: submit(c))
 
@@ -291,8 +294,8 @@ def _open_loop(
             if expect is not None:
                 expect(env.now + delay)  # the float simpy will schedule at
             yield env.timeout(delay)
-        passed[i] = True
-        if not waits[i] or released[i]:
+        passed[i] = 1
+        if not waiting[i] or released[i]:
             submit(i)
     if expect is not None:
         expect(math.inf)

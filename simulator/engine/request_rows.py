@@ -101,7 +101,7 @@ class RequestRows:
         row = self._live.pop(req, None)
         if row is None:
             row = self._new_row(req)
-        self._rows.append((row, *numeric_row(req)))
+        self._rows.append((row,) + numeric_row(req))
         if req.abort_reason:
             self._reasons[row] = req.abort_reason
         if len(self._rows) >= _PACK:

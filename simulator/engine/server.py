@@ -50,92 +50,11 @@ from simulator.sglang_bugs import PoolLeakError
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
 
-class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
-    """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
-
-    ``record_ops``: record every memory operation with page ids (``self.ops``, the
-    :class:`~simulator.memory_ops.MemoryOpExecutor`; docs/op-log.md). Off, ``self.ops`` is None.
-    """
-
-    def __init__(
-        self,
-        env: simpy.Environment,
-        cfg: SimConfig,
-        pools: ServerPools,
-        cost_model,
-        observer: ServerObserver | None = None,
-        record_ops: bool = False,
-        hicache: HiCacheSetup | None = None,
-    ) -> None:
-        self.env = env
-        self.cfg = cfg
-        self.pools = pools
-        self.cost = cost_model
-        self.costs = StepCosts(cost_model)
-        self.obs = observer or ServerObserver()
-        self.overlap = not cfg.disable_overlap_schedule
-        self.max_new_mode = cfg.max_new_tokens_mode()
-        if cfg.waiting_prefix_refresh not in ("on", "off"):
-            raise ConfigError(
-                f"--waiting-prefix-refresh must be on or off, got {cfg.waiting_prefix_refresh!r}"
-            )
-        if cfg.schedule_policy not in ("fcfs", "lpm"):
-            raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
-        self.page_size = pools.page_size
-        self.window = pools.window
-        order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
-        # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
-        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
-        tombstone = TOMBSTONING.create(cfg.tombstone)
-        sizes = (pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window)
-        self.cache = (
-            build_controller(tombstone, *sizes, order, pools.hybrid)
-            if self.hicache is None
-            else self.hicache.cache
-        )
-        self._jump_deadline = math.inf  # HiCache: a decode jump ends before the next transfer ack
-        # before the first allocation (the legacy tree refuses: ConfigError)
-        self.ops = self.cache.start_recording(need_sort=False) if record_ops else None
-        self._step = unrecorded_step()
-        self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
-        self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
-        self.waiting = WaitingQueue()  # admission pops its head (simulator.engine.waiting_queue)
-        self.running: list[ServerReq] = []
-        self.chunked: ServerReq | None = None
-        self.forward_ct = 0
-        self.decode_steps = 0
-        self.swa_freed_by_decode = 0
-        self.retractions = 0
-        self.aborts = 0
-        self.completed = 0  # requests finished, aborted or rejected (simulate's stuck check)
-        self.overlap_extra_slots = 0  # decode slots spent on requests already finished (overlap)
-        self._wakeup: simpy.Event | None = None
-        # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
-        self._interrupt_before = -math.inf
-        self._next_arrival = math.inf  # the client's announced next submission (open loop)
-        # the step clock (simulator.engine.step_replay): called at the top of every loop pass,
-        # where SGLang calls ingest_requests
-        self.on_pass = None
-        self.batch_is_full = False  # running_batch.batch_is_full
-        self.last_adder: PrefillAdder | None = None
-        self.lpm_deprioritized: list[ServerReq] | None = None  # the last calc_priority's
-        self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
-        self._req_left = False  # a request left the running batch since the last pass
-        self.in_flight = None  # overlap: the launched batch whose results are not processed yet
-        self._fresh_key = -1  # page keys of truncated requests' own pages (trace keys are >= 0)
-        self.obs.on_start(
-            PoolCapacity(*self.cache.capacity()),
-            dict(
-                page_size=pools.page_size,
-                full_tokens=pools.full_tokens,
-                swa_tokens=pools.swa_tokens,
-                window=pools.window,
-                max_running_requests=pools.max_running_requests,
-                chunked_prefill_size=pools.chunked_prefill_size,
-                hybrid=pools.hybrid,
-            ),
-        )
-        self.process = env.process(self._loop())
+class ServerCore:
+    """The scheduler's own state and steps: :class:`ServerModel` less its mixins and its
+    ``__init__``. The compiled build makes it a cdef class with typed attributes (server.pxd),
+    so that the loop reaches its state without dictionary look-ups; the mixins reach the same
+    attributes as Python attributes."""
 
     # ------------------------------------------------------------------ API
     def submit(self, sim: SimRequest) -> simpy.Event:
@@ -344,16 +263,18 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
             self.batch_is_full = True
             return []
         self._calc_priority()
-        extra = {} if self.hicache is None else dict(steps=self.hicache)
-        adder = (PrefillAdder if self.hicache is None else HiCachePrefillAdder)(
-            self.cache,
-            **extra,
+        limits = dict(
             max_running=max_running,
             chunked_prefill_size=self.pools.chunked_prefill_size,
             max_prefill_tokens=self.cfg.max_prefill_tokens,
             running=self.running,
             new_token_ratio=self.ratio.current,
         )
+        hicache = self.hicache
+        if hicache is None:
+            adder = PrefillAdder(self.cache, **limits)
+        else:
+            adder = HiCachePrefillAdder(self.cache, steps=hicache, **limits)
         self.last_adder = adder
         if chunked is not None:
             self.chunked = adder.add_chunked_req(chunked)
@@ -404,7 +325,10 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
     def _prepare_extend(self, batch: list[ServerReq]) -> int | None:
         """``alloc_for_extend`` for a prefill batch; the cached tokens it newly serves, or None
         when allocation failed and the batch was aborted. Both loops share it."""
-        cached_before = sum(r.prefix_len for r in batch if not r.holds_kv and not r.retracted_stain)
+        cached_before = 0
+        for r in batch:
+            if not r.holds_kv and not r.retracted_stain:
+                cached_before += r.prefix_len
         try:
             self.cache.alloc_for_extend(batch)
         except OutOfMemory as exc:
@@ -581,3 +505,91 @@ class ServerModel(FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
         if hicache is not None:
             hicache.step_end(now)  # flush_pending_backups
         self._check()
+
+
+class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
+    """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
+
+    ``record_ops``: record every memory operation with page ids (``self.ops``, the
+    :class:`~simulator.memory_ops.MemoryOpExecutor`; docs/op-log.md). Off, ``self.ops`` is None.
+    """
+
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: SimConfig,
+        pools: ServerPools,
+        cost_model,
+        observer: ServerObserver | None = None,
+        record_ops: bool = False,
+        hicache: HiCacheSetup | None = None,
+    ) -> None:
+        self.env = env
+        self.cfg = cfg
+        self.pools = pools
+        self.cost = cost_model
+        self.costs = StepCosts(cost_model)
+        self.obs = observer or ServerObserver()
+        self.overlap = not cfg.disable_overlap_schedule
+        self.max_new_mode = cfg.max_new_tokens_mode()
+        if cfg.waiting_prefix_refresh not in ("on", "off"):
+            raise ConfigError(
+                f"--waiting-prefix-refresh must be on or off, got {cfg.waiting_prefix_refresh!r}"
+            )
+        if cfg.schedule_policy not in ("fcfs", "lpm"):
+            raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
+        self.page_size = pools.page_size
+        self.window = pools.window
+        order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
+        # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
+        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
+        tombstone = TOMBSTONING.create(cfg.tombstone)
+        sizes = (pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window)
+        self.cache = (
+            build_controller(tombstone, *sizes, order, pools.hybrid)
+            if self.hicache is None
+            else self.hicache.cache
+        )
+        self._jump_deadline = math.inf  # HiCache: a decode jump ends before the next transfer ack
+        # before the first allocation (the legacy tree refuses: ConfigError)
+        self.ops = self.cache.start_recording(need_sort=False) if record_ops else None
+        self._step = unrecorded_step()
+        self.swa_policy = make_swa_eviction(cfg.swa_eviction, interval=cfg.swa_eviction_interval)
+        self.ratio = NewTokenRatio(cfg.schedule_conservativeness)
+        self.waiting = WaitingQueue()  # admission pops its head (simulator.engine.waiting_queue)
+        self.running: list[ServerReq] = []
+        self.chunked: ServerReq | None = None
+        self.forward_ct = 0
+        self.decode_steps = 0
+        self.swa_freed_by_decode = 0
+        self.retractions = 0
+        self.aborts = 0
+        self.completed = 0  # requests finished, aborted or rejected (simulate's stuck check)
+        self.overlap_extra_slots = 0  # decode slots spent on requests already finished (overlap)
+        self._wakeup: simpy.Event | None = None
+        # inside a decode jump: an arrival before this time cuts the jump short (-inf: none)
+        self._interrupt_before = -math.inf
+        self._next_arrival = math.inf  # the client's announced next submission (open loop)
+        # the step clock (simulator.engine.step_replay): called at the top of every loop pass,
+        # where SGLang calls ingest_requests
+        self.on_pass = None
+        self.batch_is_full = False  # running_batch.batch_is_full
+        self.last_adder: PrefillAdder | None = None
+        self.lpm_deprioritized: list[ServerReq] | None = None  # the last calc_priority's
+        self.refresh_calls = 0  # SchedulePolicy._waiting_prefix_refresh_calls
+        self._req_left = False  # a request left the running batch since the last pass
+        self.in_flight = None  # overlap: the launched batch whose results are not processed yet
+        self._fresh_key = -1  # page keys of truncated requests' own pages (trace keys are >= 0)
+        self.obs.on_start(
+            PoolCapacity(*self.cache.capacity()),
+            dict(
+                page_size=pools.page_size,
+                full_tokens=pools.full_tokens,
+                swa_tokens=pools.swa_tokens,
+                window=pools.window,
+                max_running_requests=pools.max_running_requests,
+                chunked_prefill_size=pools.chunked_prefill_size,
+                hybrid=pools.hybrid,
+            ),
+        )
+        self.process = env.process(self._loop())

@@ -1,0 +1,60 @@
+# Typed declarations for the compiled build of server.py (Cython's pure Python mode; the .py runs
+# as it is without Cython). ServerCore is a cdef class: the scheduler loop's methods read and
+# write its attributes as C fields instead of instance-dictionary entries. ServerModel (a Python
+# class: its mixins are plain classes) derives from it, so the mixins reach the same attributes
+# through their descriptors. Counters stay Python objects (a jump may add a numpy integer).
+
+
+cdef class ServerCore:
+    cdef public object env
+    cdef public object cfg
+    cdef public object pools
+    cdef public object cost
+    cdef public object costs
+    cdef public object obs
+    cdef public bint overlap
+    cdef public object max_new_mode
+    cdef public object page_size
+    cdef public object window
+    cdef public object hicache
+    cdef public object cache
+    cdef public double _jump_deadline
+    cdef public object ops
+    cdef public object _step
+    cdef public object swa_policy
+    cdef public object ratio
+    cdef public object waiting
+    cdef public list running
+    cdef public object chunked
+    cdef public object forward_ct
+    cdef public object decode_steps
+    cdef public object swa_freed_by_decode
+    cdef public object retractions
+    cdef public object aborts
+    cdef public object completed
+    cdef public object overlap_extra_slots
+    cdef public object _wakeup
+    cdef public double _interrupt_before
+    cdef public double _next_arrival
+    cdef public object on_pass
+    cdef public bint batch_is_full
+    cdef public object last_adder
+    cdef public object lpm_deprioritized
+    cdef public object refresh_calls
+    cdef public bint _req_left
+    cdef public object in_flight
+    cdef public object _fresh_key
+    cdef public object process
+
+    # cpdef: a C call from the loop (still overridable from Python, as the tests' patches do)
+    cpdef submit(self, sim)
+    cpdef expect_arrival(self, t)
+    cpdef _check(self)
+    cpdef _complete(self, r, t, reason=*, owned=*, bint notify=*, bint release=*)
+    cpdef _abort(self, req, detail)
+    cpdef _get_new_batch_prefill(self)
+    cpdef _stash_chunked(self, req)
+    cpdef _calc_priority(self)
+    cpdef _prepare_extend(self, batch)
+    cpdef _prefill_joins(self, batch)
+    cpdef _prepare_decode(self)
