@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import simpy
 
 from simulator.engine.request import SimRequest
@@ -36,17 +37,40 @@ class StuckSimulation(KvplanError):
     """The server stopped making progress; the message says what it was waiting for."""
 
 
-@dataclass(eq=False, slots=True)
 class ServerReq(ReqKV):
-    """A request inside the server: the cache's ``ReqKV`` plus scheduler state."""
+    """A request inside the server: the cache's ``ReqKV`` plus scheduler state.
 
-    sim: SimRequest | None = None
-    done: simpy.Event | None = None
-    ignore_eos: bool = True
-    max_new_tokens: int = 0  # sampling_params.max_new_tokens (>= output_len)
-    retractions: int = 0
-    gen: int = 0  # bumped at each retraction: in-flight results of an older generation are void
-    stashed: object = None  # overlap mode: the launched batch whose chunk was last checkpointed
+    A plain class (server_state.pxd makes it a ``cdef class`` deriving from the compiled
+    ``ReqKV``): the four leading arguments and every ``ReqKV`` keyword are the cache's, the rest
+    the scheduler's. Equality is identity.
+    """
+
+    __slots__ = ("sim", "done", "ignore_eos", "max_new_tokens", "retractions", "gen", "stashed")
+
+    def __init__(
+        self,
+        rid: str,
+        pages: np.ndarray,
+        prompt_len: int,
+        output_len: int,
+        *,
+        sim: SimRequest | None = None,
+        done: simpy.Event | None = None,
+        ignore_eos: bool = True,
+        max_new_tokens: int = 0,
+        retractions: int = 0,
+        gen: int = 0,
+        stashed: object = None,
+        **kv: object,
+    ) -> None:
+        ReqKV.__init__(self, rid, pages, prompt_len, output_len, **kv)
+        self.sim = sim
+        self.done = done
+        self.ignore_eos = ignore_eos
+        self.max_new_tokens = max_new_tokens  # sampling_params.max_new_tokens (>= output_len)
+        self.retractions = retractions
+        self.gen = gen  # bumped at each retraction: in-flight results of an older generation are void
+        self.stashed = stashed  # overlap mode: the launched batch whose chunk was last checkpointed
 
 
 @dataclass(frozen=True)
