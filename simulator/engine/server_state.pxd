@@ -3,7 +3,14 @@
 # compiled module that types a request as ServerReq reads its lengths and scheduler counters as
 # C fields. Other compiled modules use
 #     from simulator.engine.server_state cimport ServerReq
+cimport cython
 from simulator.request_kv cimport ReqKV
+
+
+@cython.locals(max_req_len=cython.longlong, max_new=cython.longlong, paged_input=cython.longlong)
+cpdef long long init_req_max_new_tokens(object max_new_tokens, long long prompt_len,
+                                        object context_length, long long full_tokens,
+                                        long long page_size) except? -1
 
 
 cdef class ServerReq(ReqKV):
@@ -14,3 +21,13 @@ cdef class ServerReq(ReqKV):
     cdef public long long retractions
     cdef public long long gen
     cdef public object stashed
+
+
+cdef class NewTokenRatio:
+    cdef public double conservativeness
+    cdef public double current
+    cdef public double minimum
+    cdef public double decay
+
+    cpdef reset(self)
+    cpdef on_decode_steps(self, long long steps)

@@ -3,7 +3,7 @@ admission headroom ratio, and the scheduler constants SGLang defines in several 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import simpy
@@ -87,17 +87,15 @@ class ServerPools:
     context_length: int | None = None  # the model's; None: prompts are not checked against it
 
 
-@dataclass
 class NewTokenRatio:
-    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes."""
+    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes.
+    A plain class (a ``cdef class`` with C doubles in the compiled build, server_state.pxd)."""
 
-    conservativeness: float = 1.0
-    current: float = field(init=False)
-    minimum: float = field(init=False)
-    decay: float = field(init=False)
+    __slots__ = ("conservativeness", "current", "minimum", "decay")
 
-    def __post_init__(self) -> None:
-        init = min(INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
+    def __init__(self, conservativeness: float = 1.0) -> None:
+        self.conservativeness = conservativeness
+        init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
         self.current = init
         self.minimum = init * MIN_NEW_TOKEN_RATIO_FACTOR
         self.decay = (init - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
