@@ -27,6 +27,7 @@ COMPILED_MODULES = (
     "simulator.engine.waiting_queue",
     "simulator.engine.step_costs",
     "simulator.engine.server_state",
+    "simulator.engine.request",
     "simulator.engine.clients",
     "simulator.engine.intake",
     "simulator.engine.failures",

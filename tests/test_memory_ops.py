@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 
@@ -216,7 +215,7 @@ def test_decode_jump_records_equal_step_by_step(policy) -> None:
     from policies.swa_eviction import SWA_EVICTION, DecodeContext
     from policies.tombstone import TOMBSTONING
     from simulator.radix.cache import make_cache
-    from simulator.request_kv import ReqKV
+    from simulator.request_kv import REQ_KV_FIELDS, ReqKV
 
     p, window = 4, 16
     kwargs = {"interval": 8} if policy != "window" else {}
@@ -238,7 +237,7 @@ def test_decode_jump_records_equal_step_by_step(policy) -> None:
         cache.begin_step(5)
         if jump:
             # the same (step, pages) frees as the count path's run_batch (a fresh copy of reqs)
-            twins = [dataclasses.replace(r, kv_pages=None) for r in reqs]
+            twins = [ReqKV(**{f: getattr(r, f) for f in REQ_KV_FIELDS} | {"kv_pages": None}) for r in reqs]
             counted = SWA_EVICTION.create(policy, **kwargs).run_batch(
                 twins, DecodeContext(window, p, _NoFrees(), 5), ran
             )

@@ -10,7 +10,6 @@ queues. The queue order is ``SchedulePolicy.calc_priority`` (:func:`calc_priorit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 from simulator.engine.server_state import CLIP_MAX_NEW_TOKENS, LPM_FALLBACK_QUEUE_LEN, ServerReq
 from simulator.radix.protocol import CacheController
@@ -73,15 +72,19 @@ def running_offset(running: list[ServerReq], new_token_ratio: float) -> float:
     """``PrefillAdder._get_running_request_total_token_offset``: tokens the running decodes may
     still take (ignore_eos requests at ratio 1)."""
     total = 0.0
+    clip = CLIP_MAX_NEW_TOKENS
     for r in running:
         ratio = 1.0 if r.ignore_eos else new_token_ratio
-        total += min(r.max_new_tokens - r.num_outputs, CLIP_MAX_NEW_TOKENS) * ratio
+        total += min(r.max_new_tokens - r.num_outputs, clip) * ratio
     return total
 
 
 def estimate_swa_tokens(extend: int, max_new: int, chunk_limit: int | None, window: int, page: int) -> int:
     """``prefill_budget.estimate_swa_kv_tokens``: the SWA a request may hold at its peak."""
-    allocated = extend if chunk_limit is None else min(extend, chunk_limit)
+    allocated = extend
+    if chunk_limit is not None:
+        limit = chunk_limit
+        allocated = min(extend, limit)
     return max(allocated - window, 0) + min(extend + max_new, window) + page
 
 
@@ -100,19 +103,30 @@ def chunk_continuation(
     return min(cand, avail), cand > avail
 
 
-@dataclass(slots=True)
 class PrefillBatch:
     """What one round admitted: the forward's requests in order (a chunk continuation first),
-    those taken from the waiting queue, and the request left mid-prompt (or None)."""
+    those taken from the waiting queue, and the request left mid-prompt (or None).
+    A plain class (a ``cdef class`` in the compiled build, admission.pxd)."""
 
-    reqs: list[ServerReq] = field(default_factory=list)
-    admitted: list[ServerReq] = field(default_factory=list)
-    chunked: ServerReq | None = None
-    batch_is_full: bool = False
+    __slots__ = ("reqs", "admitted", "chunked", "batch_is_full")
+
+    def __init__(
+        self,
+        reqs: list[ServerReq] | None = None,
+        admitted: list[ServerReq] | None = None,
+        chunked: ServerReq | None = None,
+        batch_is_full: bool = False,
+    ) -> None:
+        self.reqs = [] if reqs is None else reqs
+        self.admitted = [] if admitted is None else admitted
+        self.chunked = chunked
+        self.batch_is_full = batch_is_full
 
 
 class PrefillAdder:
-    """One scheduling round's admission budgets (``PrefillAdder`` + ``SWAPrefillBudget``)."""
+    """One scheduling round's admission budgets (``PrefillAdder`` + ``SWAPrefillBudget``).
+    A ``cdef class`` with C-typed budgets in the compiled build (admission.pxd); the HiCache
+    adder derives from it in Python."""
 
     __slots__ = (
         "cache",
@@ -242,9 +256,9 @@ class PrefillAdder:
     def add_one_req(self, req: ServerReq) -> str:
         """``PrefillAdder.add_one_req``: NO_TOKEN or OTHER when ``req`` is refused, else the
         budget state after admitting it (which decides whether the next request is tried)."""
-        p = self.page_size
+        p, clip = self.page_size, CLIP_MAX_NEW_TOKENS
         self.cache.match(req)  # init_next_round_input
-        max_new = min(max(req.max_new_tokens - req.num_outputs, 0), CLIP_MAX_NEW_TOKENS)
+        max_new = min(max(req.max_new_tokens - req.num_outputs, 0), clip)
         extend = req.fill_len - req.prefix_len
         # _lock_node: the check runs with the matched prefix locked, so the request's own
         # prefix does not count as evictable room for it
@@ -269,7 +283,7 @@ class PrefillAdder:
         self.cache.lock_prefix(req)
         self.batch.reqs.append(req)
         self.batch.admitted.append(req)
-        self._reserve(extend, 0 if chunked else min(req.max_new_tokens, CLIP_MAX_NEW_TOKENS))
+        self._reserve(extend, 0 if chunked else min(req.max_new_tokens, clip))
         if chunked:
             self.batch.chunked = req
         return self.budget_state()

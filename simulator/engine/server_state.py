@@ -3,8 +3,9 @@ admission headroom ratio, and the scheduler constants SGLang defines in several 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+import numpy as np
 import simpy
 
 from simulator.engine.request import SimRequest
@@ -36,17 +37,40 @@ class StuckSimulation(KvplanError):
     """The server stopped making progress; the message says what it was waiting for."""
 
 
-@dataclass(eq=False, slots=True)
 class ServerReq(ReqKV):
-    """A request inside the server: the cache's ``ReqKV`` plus scheduler state."""
+    """A request inside the server: the cache's ``ReqKV`` plus scheduler state.
 
-    sim: SimRequest | None = None
-    done: simpy.Event | None = None
-    ignore_eos: bool = True
-    max_new_tokens: int = 0  # sampling_params.max_new_tokens (>= output_len)
-    retractions: int = 0
-    gen: int = 0  # bumped at each retraction: in-flight results of an older generation are void
-    stashed: object = None  # overlap mode: the launched batch whose chunk was last checkpointed
+    A plain class (server_state.pxd makes it a ``cdef class`` deriving from the compiled
+    ``ReqKV``): the four leading arguments and every ``ReqKV`` keyword are the cache's, the rest
+    the scheduler's. Equality is identity.
+    """
+
+    __slots__ = ("sim", "done", "ignore_eos", "max_new_tokens", "retractions", "gen", "stashed")
+
+    def __init__(
+        self,
+        rid: str,
+        pages: np.ndarray,
+        prompt_len: int,
+        output_len: int,
+        *,
+        sim: SimRequest | None = None,
+        done: simpy.Event | None = None,
+        ignore_eos: bool = True,
+        max_new_tokens: int = 0,
+        retractions: int = 0,
+        gen: int = 0,
+        stashed: object = None,
+        **kv: object,
+    ) -> None:
+        ReqKV.__init__(self, rid, pages, prompt_len, output_len, **kv)
+        self.sim = sim
+        self.done = done
+        self.ignore_eos = ignore_eos
+        self.max_new_tokens = max_new_tokens  # sampling_params.max_new_tokens (>= output_len)
+        self.retractions = retractions
+        self.gen = gen  # bumped at each retraction: in-flight results of an older generation are void
+        self.stashed = stashed  # overlap mode: the launched batch whose chunk was last checkpointed
 
 
 @dataclass(frozen=True)
@@ -63,17 +87,15 @@ class ServerPools:
     context_length: int | None = None  # the model's; None: prompts are not checked against it
 
 
-@dataclass
 class NewTokenRatio:
-    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes."""
+    """``scheduler_components/new_token_ratio_tracker.py``: admission headroom for decodes.
+    A plain class (a ``cdef class`` with C doubles in the compiled build, server_state.pxd)."""
 
-    conservativeness: float = 1.0
-    current: float = field(init=False)
-    minimum: float = field(init=False)
-    decay: float = field(init=False)
+    __slots__ = ("conservativeness", "current", "minimum", "decay")
 
-    def __post_init__(self) -> None:
-        init = min(INIT_NEW_TOKEN_RATIO * self.conservativeness, 1.0)
+    def __init__(self, conservativeness: float = 1.0) -> None:
+        self.conservativeness = conservativeness
+        init = min(INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
         self.current = init
         self.minimum = init * MIN_NEW_TOKEN_RATIO_FACTOR
         self.decay = (init - self.minimum) / NEW_TOKEN_RATIO_DECAY_STEPS
