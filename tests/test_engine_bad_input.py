@@ -135,3 +135,25 @@ def test_invariant_violation_raised_inside_a_simpy_process_keeps_its_message():
     with pytest.raises(InvariantViolation) as info:
         env.run()
     assert str(info.value) == "FULL pool: 3 pages leaked; SWA list out of order"
+
+
+@pytest.mark.parametrize("truncate", [False, True])
+def test_a_client_max_new_tokens_beyond_64_bits_is_rejected_not_a_crash(tmp_path, truncate):
+    # the compiled build keeps ServerReq.max_new_tokens in a C long long: the client's unclipped
+    # value must not be stored there (it once raised OverflowError from inside the run)
+    trace = load_trace(_tokens_trace(tmp_path, [500, 700]))
+    cfg = SimConfig(
+        model="gpt-oss-120b",
+        gpu="H200",
+        tp=8,
+        page_size=64,
+        max_total_tokens=10_000,
+        max_new_tokens=str(10**30),
+        allow_auto_truncate=truncate,
+    )
+    rec = Recorder.from_config(cfg)
+    simulate(trace, cfg, rec)
+    summary = rec.report_summary()
+    assert summary["requests_submitted"] == 2
+    if not truncate:  # prompt + max_new_tokens > context: refused on arrival, as SGLang does
+        assert (summary["aborted"], summary["rejected"]) == (0, 2)

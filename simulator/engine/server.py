@@ -66,8 +66,9 @@ class ServerCore:
             rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
         )
         cfg = self.cfg
+        # the client's value stays a Python int until init_req_max_new_tokens clips it: the
+        # compiled ServerReq holds max_new_tokens in 64 bits, a client may send more
         req.ignore_eos, max_new, stated = client_sampling(sim, cfg.ignore_eos, self.max_new_mode)
-        req.max_new_tokens = max_new
         req.done = self.env.event()
         self.obs.on_arrival(sim)
         rejected = reject_reason(
