@@ -132,6 +132,23 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     return top, float(counts[top]) / len(rounds)
 
 
+def jump_constants(const: list, jump: DecodeJump) -> None:
+    """Append the per-call constants ``(steps, running, queue, round, share)`` of ``jump``'s
+    segments to ``const``, the last step apart when it saw a queue (as
+    :meth:`DecodeJump.step_calls` splits it)."""
+    steps, queue = jump.steps, jump.queue
+    for seg in jump.segments:
+        running = len(seg.batch)
+        rnd, share = majority_round(seg.batch)
+        k = seg.end - seg.first
+        if seg.end == steps and queue:  # the last step saw a queue
+            if k > 1:
+                const.append((k - 1, running, 0, rnd, share))
+            const.append((1, running, queue, rnd, share))
+        else:
+            const.append((k, running, 0, rnd, share))
+
+
 class Recorder(ServerObserver):
     """Collects what the server reports and turns it into frames, a summary and output files.
 
@@ -284,17 +301,7 @@ class Recorder(ServerObserver):
         self._d_chunks.append(jump.steps)
         self._d_records += 1
         self._d_tail = 0
-        const = self._d_const
-        for seg in jump.segments:
-            running = len(seg.batch)
-            rnd, share = majority_round(seg.batch)
-            k = seg.end - seg.first
-            if seg.end == jump.steps and jump.queue:  # the last step saw a queue
-                if k > 1:
-                    const.append((k - 1, running, 0, rnd, share))
-                const.append((1, running, jump.queue, rnd, share))
-            else:
-                const.append((k, running, 0, rnd, share))
+        jump_constants(self._d_const, jump)
         self._n_steps += jump.steps
 
     def _pack_decode(self) -> None:
