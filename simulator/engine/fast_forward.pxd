@@ -30,6 +30,14 @@ cdef class _FinishChain:
     cpdef _fire(self, _event)
 
 
+cpdef list remaining_outputs(list batch)
+
+@cython.locals(seqs=list, last=list, n=cython.longlong)
+cpdef tuple jump_inputs(list batch, long long k)
+
+@cython.locals(finishing=list, i=cython.Py_ssize_t)
+cpdef list finishing_steps(list batch, list last, long long m)
+
 @cython.locals(bs=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.longlong, n=cython.longlong,
                seq=cython.longlong, cross=cython.longlong, full_room=cython.longlong,
                swa_room=cython.longlong, room=cython.longlong)

@@ -156,7 +156,7 @@ class FastForwardMixin:
         if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
             return 0
         batch = self.running
-        return self._quiet_span(batch, [r.output_len - r.num_outputs for r in batch])
+        return quiet_span(batch, remaining_outputs(batch), self.page_size, self.window, self.cache)
 
     def _quiet_span(self, batch: list[ServerReq], rem: list[int]) -> int:
         """How many of the next decode steps of ``batch`` a jump may take, request ``i`` taking
@@ -172,8 +172,7 @@ class FastForwardMixin:
         """
         batch = list(self.running)
         now = self.env.now
-        seqs = [r.kv_allocated_len for r in batch]
-        last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
+        seqs, last = jump_inputs(batch, k)  # tokens allocated; the last step in the span
         arrival = self._next_arrival if self._next_arrival > now else math.inf
         arrival = min(arrival, self._jump_deadline)  # HiCache: end before the next transfer ack
         segments, clock = self._price_jump(seqs, last, k, now, arrival)
@@ -181,7 +180,7 @@ class FastForwardMixin:
         if arrival < clock.last_end:
             # the announced arrival lands in step m - 1: the jump ends with that step
             m = clock.steps_ended_by(arrival) + 1
-        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= m)
+        finishing = finishing_steps(batch, last, m)
         chain = _FinishChain(self, batch, finishing, clock) if finishing else None
         # an arrival during the last planned step changes nothing; one before it cuts the jump
         self._interrupt_before = clock.end(m - 2) if m > 1 else now
@@ -235,6 +234,35 @@ class FastForwardMixin:
 
 
 # --- the jump's typed loops (fast_forward.pxd types them in the compiled build) ----------------
+
+
+def remaining_outputs(batch: list) -> list:
+    """Tokens each request of ``batch`` still has to produce."""
+    return [r.output_len - r.num_outputs for r in batch]
+
+
+def jump_inputs(batch: list, k: int) -> tuple:
+    """``(seqs, last)`` of a jump of up to ``k`` steps: each request's allocated tokens, and
+    the last step of the span in which it runs (it leaves after its last token)."""
+    seqs: list = []
+    last: list = []
+    for r in batch:
+        seqs.append(r.kv_allocated_len)
+        n = r.output_len - r.num_outputs
+        last.append(min(n, k) - 1)
+    return seqs, last
+
+
+def finishing_steps(batch: list, last: list, m: int) -> list:
+    """``(last step, index)`` of the requests of ``batch`` that finish within ``m`` steps,
+    sorted (the order their clients hear of them in)."""
+    finishing: list = []
+    for i in range(len(batch)):
+        r = batch[i]
+        if r.output_len - r.num_outputs <= m:
+            finishing.append((last[i], i))
+    finishing.sort()
+    return finishing
 
 
 def quiet_span(batch: list, rem: list, p: int, w: int, cache) -> int:
