@@ -143,9 +143,15 @@ class JumpColumns:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(step end times, ``#full token``, ``#swa token``) of every step added, in order."""
+        full, swa = self.tokens()
+        return self.times(), full, swa
+
+    def times(self) -> np.ndarray:
+        """The end time of every step added, in order (a frame's column only: the summary
+        reads the token counts, so a recorder builds this on demand)."""
         total = self.steps
         if total == 0:
-            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return np.zeros(0)
         pieces = np.array(self._pieces, dtype=np.float64).reshape(-1, 5)
         lens = pieces[:, 1].astype(np.int64)
         local = np.arange(total, dtype=np.int64) - np.repeat(pieces[:, 0].astype(np.int64), lens)
@@ -153,6 +159,13 @@ class JumpColumns:
         times = tri1[local] * np.repeat(pieces[:, 3], lens)
         times += tri2[local] * np.repeat(pieces[:, 4], lens)
         times += np.repeat(pieces[:, 2], lens)
+        return times
+
+    def tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """(``#full token``, ``#swa token``) of every step added, in order."""
+        total = self.steps
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # #full / #swa token: segment base + pages opened (and freed) since the segment began
         opened = np.bincount(np.array(self._opens, dtype=np.int64), minlength=total).cumsum()
         freed = np.zeros(total, dtype=np.int64)
@@ -173,4 +186,4 @@ class JumpColumns:
             rel = np.array(self._released, dtype=np.int64).reshape(-1, 3)
             full[rel[:, 0]] += rel[:, 1]
             swa[rel[:, 0]] += rel[:, 2]
-        return times, full, swa
+        return full, swa
