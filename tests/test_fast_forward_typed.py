@@ -14,7 +14,7 @@ from policies.swa_eviction import DecodeContext
 from simulator.engine.decode_clock import DecodeClock
 from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.fast_forward import finishing_steps, jump_inputs, page_opens, replay_short_steps
-from simulator.engine.metrics import Recorder
+from simulator.engine.metrics import Recorder, jump_constants, majority_round
 from simulator.engine.observer import PoolCapacity
 from simulator.engine.overlap_jump import one_step_record
 from simulator.radix.cache import OutOfMemory
@@ -170,3 +170,28 @@ def test_lazy_decode_columns_equal_eager_ones_after_later_records() -> None:
     assert len(more._decode_columns()["time_s"]) == 6
     plain = pickle.loads(pickle.dumps(_recorder_with_steps(3)._decode_columns()))
     assert type(plain) is dict and list(plain) == list(want)
+
+
+class _Sim:
+    def __init__(self, rnd: int, heartbeat: bool) -> None:
+        self.round, self.heartbeat = rnd, heartbeat
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_jump_constants_count_each_segment_as_majority_round(seed: int) -> None:
+    """Segments whose batch shrinks (or is any other list) get ``majority_round``'s answer."""
+    rng = np.random.default_rng(seed)
+    rounds = int(rng.integers(1, 3))
+    sims = [_Sim(int(rng.integers(0, rounds)), bool(rng.random() < 0.2)) for _ in range(8)]
+    segments, a = [], 0
+    batch = sims
+    for _ in range(int(rng.integers(1, 5))):
+        if rng.random() < 0.2:  # now and then a batch that is not a subsequence
+            batch = [sims[int(i)] for i in rng.permutation(len(sims))[: len(batch)]]
+        segments.append(JumpSegment(a, a + 2, batch, 0, 0))
+        batch = [s for s in batch if rng.random() < 0.7]
+        a += 2
+    jump = DecodeJump(DecodeClock(0.0, [], 1e-9, 1e-9, 1e-9, 1e-9), a, 64, [], [], segments, 0)
+    got: list = []
+    jump_constants(got, jump)
+    assert got == [(2, len(s.batch), 0, *majority_round(s.batch)) for s in segments]

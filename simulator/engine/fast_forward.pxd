@@ -55,9 +55,13 @@ cpdef tuple price_jump(costs, list seqs, list last, long long k, double now, dou
                full_base=cython.longlong, swa_base=cython.longlong, full0=cython.longlong,
                swa0=cython.longlong, full1=cython.longlong, swa1=cython.longlong,
                recording=cython.bint, ran=list, opens=list, frees=list, recorded=list,
-               members=list, reqs=list, done_now=list, seg=JumpSegment, bulk=tuple)
+               members=list, reqs=list, done_now=list, seg=JumpSegment, bulk=tuple,
+               sims=list)
 cpdef apply_jump(server, list batch, list seqs, list last, list segments, clock, long long m,
                  double start)
+
+@cython.locals(done=list, j=cython.Py_ssize_t, i=cython.Py_ssize_t, f=cython.longlong)
+cpdef list finishing_at(list batch, list members, list last, long long b)
 
 cpdef advance(list reqs, long long n)
 

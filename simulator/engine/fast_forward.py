@@ -347,13 +347,13 @@ def apply_jump(
     opens: list = bulk[2] if bulk is not None else []  # a page opens at each, in step order
     frees: list = bulk[3] if bulk is not None else []  # (step, SWA pages)
     recorded: list = []
+    sims = [r.sim for r in batch]
     offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
     for a, b, members in segments:
         if a >= m:
             break
         if b > m:
             b = m
-        reqs = [batch[i] for i in members]
         if bulk is not None:
             opened = bisect.bisect_left(opens, a)
             freed = 0
@@ -363,6 +363,7 @@ def apply_jump(
             full_base = bulk[0] + offset_full + opened * p
             swa_base = bulk[1] + offset_swa + (opened - freed) * p
         else:
+            reqs = [batch[i] for i in members]
             if recording:
                 full_base, swa_base, seg_opens, seg_frees = server._record_jump_segment(
                     reqs, a, b, forward0, clock, start
@@ -376,12 +377,9 @@ def apply_jump(
                 opens.append(a + x)
             for x, pages in seg_frees:
                 frees.append((a + x, pages))
-        seg = JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base)
+        seg = JumpSegment(a, b, [sims[i] for i in members], full_base, swa_base)
         recorded.append(seg)
-        # members that produce their last token at this segment's last step
-        done_now = [
-            r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
-        ]
+        done_now = finishing_at(batch, members, last, b)
         if done_now:
             full0, swa0 = cache.used_tokens()
             cache.free_group_begin()
@@ -400,6 +398,20 @@ def apply_jump(
     server.ratio.on_decode_steps(m)
     server.running = [r for r in batch if r.num_outputs < r.output_len]
     server._check()
+
+
+def finishing_at(batch: list, members: list, last: list, b: int) -> list:
+    """The members of a segment ending at step ``b`` that produce their last token at its
+    last step, in member order (the order they are released in)."""
+    done: list = []
+    for j in range(len(members)):
+        i = members[j]
+        f = last[i]
+        if f < b:
+            r = batch[i]
+            if r.num_outputs >= r.output_len:
+                done.append(r)
+    return done
 
 
 def advance(reqs: list, n: int) -> None:

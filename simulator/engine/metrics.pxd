@@ -10,5 +10,8 @@ from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
 cpdef tuple majority_round(batch)
 
 @cython.locals(steps=cython.longlong, queue=cython.longlong, running=cython.Py_ssize_t,
-               k=cython.longlong, seg=JumpSegment)
+               k=cython.longlong, seg=JumpSegment, batch=list, prev=list)
 cpdef jump_constants(list const, DecodeJump jump)
+
+@cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t)
+cpdef object _round_of_subset(list batch, list prev, rnd, double share)

@@ -134,20 +134,43 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
 
 
 def jump_constants(const: list, jump: DecodeJump) -> None:
-    """Append the per-call constants ``(steps, running, queue, round, share)`` of ``jump``'s
-    segments to ``const``, the last step apart when it saw a queue (as
-    :meth:`DecodeJump.step_calls` splits it)."""
+    """Append ``jump``'s per-call constants ``(steps, running, queue, round, share)`` to
+    ``const``, the last step apart when it saw a queue (as :meth:`DecodeJump.step_calls`)."""
     steps, queue = jump.steps, jump.queue
+    prev, rnd, share = None, -1, 0.0
     for seg in jump.segments:
-        running = len(seg.batch)
-        rnd, share = majority_round(seg.batch)
-        k = seg.end - seg.first
+        batch = seg.batch
+        running = len(batch)
+        known = None if prev is None else _round_of_subset(batch, prev, rnd, share)
+        rnd, share = majority_round(batch) if known is None else known
+        prev, k = batch, seg.end - seg.first
         if seg.end == steps and queue:  # the last step saw a queue
             if k > 1:
                 const.append((k - 1, running, 0, rnd, share))
             const.append((1, running, queue, rnd, share))
         else:
             const.append((k, running, 0, rnd, share))
+
+
+def _round_of_subset(batch: list, prev: list, rnd: int, share: float) -> tuple[int, float] | None:
+    """:func:`majority_round` of ``batch`` from ``(rnd, share)``, that of ``prev``, without a
+    count where ``batch`` is a subsequence of ``prev`` (a jump's requests only leave) whose
+    non-heartbeat requests are all of one round, or none; else None."""
+    if share != 0.0 and share != 1.0:
+        return None  # several rounds: count again
+    n, j = len(prev), 0
+    for r in batch:
+        while j < n and prev[j] is not r:
+            j += 1
+        if j == n:
+            return None  # not a subsequence
+        j += 1
+    if share == 0.0:
+        return -1, 0.0  # heartbeats only, as in prev
+    for r in batch:
+        if not r.heartbeat:
+            return rnd, 1.0
+    return -1, 0.0
 
 
 class Recorder(ServerObserver):
