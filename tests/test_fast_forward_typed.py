@@ -195,3 +195,21 @@ def test_jump_constants_count_each_segment_as_majority_round(seed: int) -> None:
     got: list = []
     jump_constants(got, jump)
     assert got == [(2, len(s.batch), 0, *majority_round(s.batch)) for s in segments]
+
+
+def test_lazy_decode_columns_do_not_keep_the_recorder_alive() -> None:
+    """The columns owed read the recorder's decode records, not the recorder: no reference cycle
+    (a run's frames would otherwise keep the whole recorder, and its requests, until a collection)."""
+    import gc
+    import weakref
+
+    rec = _recorder_with_steps(4)
+    cols = rec._decode_columns()
+    gone = weakref.ref(rec)
+    gc.disable()
+    try:
+        del rec
+        assert gone() is None
+    finally:
+        gc.enable()
+    assert len(cols["time_s"]) == 4

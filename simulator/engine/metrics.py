@@ -448,31 +448,13 @@ class Recorder(ServerObserver):
         pass (:class:`JumpColumns`) and cached until the next record."""
         if self._d_arrays is not None and self._d_arrays[0] == self._d_records:
             return self._d_arrays[1]
-        full, swa = self._interleave(self._jumps.tokens(), 1)
+        full, swa = _interleave(self._d_chunks, self._jumps.tokens(), 1)
         self._d_arrays = (self._d_records, (full, swa))
         return full, swa
 
-    def _interleave(self, jump_cols: tuple[np.ndarray, ...], first: int) -> tuple[np.ndarray, ...]:
-        """Columns ``first, first + 1, ...`` of the decode steps: the jumps' steps
-        (``jump_cols``) and the stepwise calls' steps, interleaved in call order."""
-        chunks = self._d_chunks
-        stepwise = [c for c in chunks if not isinstance(c, int)]
-        if not stepwise:
-            return jump_cols
-        lens = np.fromiter((c if isinstance(c, int) else len(c[0]) for c in chunks), np.int64, len(chunks))
-        from_jump = np.repeat(np.fromiter((isinstance(c, int) for c in chunks), bool, len(chunks)), lens)
-        out = []
-        for i, jumps in enumerate(jump_cols, first):
-            col = np.empty(len(from_jump), dtype=np.float64 if i == 0 else np.int64)
-            col[from_jump] = jumps
-            col[~from_jump] = np.concatenate([c[i] for c in stepwise])
-            out.append(col)
-        return tuple(out)
-
     def _decode_columns(self) -> Mapping[str, np.ndarray]:
-        """The decode-steps frame's columns as arrays (the summary reads these, no DataFrame):
-        what the summary reads now, the frame's other columns on first read
-        (:class:`DecodeColumns`, settled before the next record)."""
+        """The decode-steps frame's columns: what the summary reads now, the frame's others on
+        first read (:class:`DecodeColumns`, settled before the next record)."""
         if not self._d_chunks:
             return {c: np.zeros(0, dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS}
         const = _const_array(self._d_const)
@@ -489,10 +471,11 @@ class Recorder(ServerObserver):
             "round": np.repeat(const[:, 3].astype(np.int64), reps),
         }
         later = {"running": 1, "queue": 2, "round_share": 4}
+        jumps, chunks = self._jumps, self._d_chunks  # not the recorder: no reference cycle
 
         def build(name: str) -> np.ndarray:
             if name == "time_s":
-                return self._interleave((self._jumps.times(),), 0)[0]
+                return _interleave(chunks, (jumps.times(),), 0)[0]
             i = later[name]
             return np.repeat(const[:, i] if i == 4 else const[:, i].astype(np.int64), reps)
 
@@ -578,6 +561,23 @@ _PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
 _PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 _DECODE_PACK = 1 << 14  # stepwise decode records (or per-call constants) kept before packing
+
+
+def _interleave(chunks: list, jump_cols: tuple[np.ndarray, ...], first: int) -> tuple[np.ndarray, ...]:
+    """Columns ``first, first + 1, ...`` of the decode steps: the jumps' steps (``jump_cols``)
+    and the stepwise calls' steps (the arrays in ``chunks``), interleaved in call order."""
+    stepwise = [c for c in chunks if not isinstance(c, int)]
+    if not stepwise:
+        return jump_cols
+    lens = np.fromiter((c if isinstance(c, int) else len(c[0]) for c in chunks), np.int64, len(chunks))
+    from_jump = np.repeat(np.fromiter((isinstance(c, int) for c in chunks), bool, len(chunks)), lens)
+    out = []
+    for i, jumps in enumerate(jump_cols, first):
+        col = np.empty(len(from_jump), dtype=np.float64 if i == 0 else np.int64)
+        col[from_jump] = jumps
+        col[~from_jump] = np.concatenate([c[i] for c in stepwise])
+        out.append(col)
+    return tuple(out)
 
 
 def _const_array(const: list[tuple[int, int, int, int, float]]) -> np.ndarray:
