@@ -7,7 +7,6 @@ SGLang runs this in ``ScheduleBatch.maybe_evict_swa`` before every decode alloca
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 
 from policies.registry import Registry
 from simulator.swa_window import free_out_of_window_0523, free_out_of_window_legacy
@@ -18,14 +17,22 @@ SWA_EVICTION_INTERVAL = 128
 """``SGLANG_SWA_EVICTION_INTERVAL``'s default (srt/environ.py), the one definition kvplan uses."""
 
 
-@dataclass
 class DecodeContext:
-    """What a policy may read at one decode step of one request."""
+    """What a policy may read at one decode step of one request. A plain class, not a
+    dataclass: the compiled build makes it a typed ``cdef class`` (swa_eviction.pxd), and a
+    jump builds one per replayed batch."""
 
-    window: int
-    page_size: int
-    allocator: object
-    forward_iter: int
+    __slots__ = ("window", "page_size", "allocator", "forward_iter")
+
+    def __init__(self, window: int, page_size: int, allocator: object, forward_iter: int) -> None:
+        self.window, self.page_size = window, page_size
+        self.allocator, self.forward_iter = allocator, forward_iter
+
+    def __repr__(self) -> str:
+        return (
+            f"DecodeContext(window={self.window}, page_size={self.page_size}, "
+            f"allocator={self.allocator!r}, forward_iter={self.forward_iter})"
+        )
 
 
 class SWAEvictionPolicy(ABC):
@@ -152,29 +159,47 @@ class IntervalEviction(SWAEvictionPolicy):
         return max(0, k, 1 - req.decode_batch_idx)
 
     def run_steps(self, req, ctx: DecodeContext, steps: int) -> list[tuple[int, int]]:
-        """The generic loop in closed form: jump from one trigger step to the next."""
+        """The generic loop in closed form: jump from one trigger step to the next
+        (:func:`interval_run_steps`)."""
         events: list[tuple[int, int]] = []
-        w, p = ctx.window, ctx.page_size
-        seq0 = req.seqlen
-        s = max(0, 1 - req.decode_batch_idx)
-        while True:
-            s = max(s, req.swa_evicted_seqlen + self.interval + w + 1 - seq0)
-            if s >= steps:
-                return events
-            freed = free_out_of_window_0523(req, seq0 + s - 1, w, p, ctx.allocator, eviction_interval=1)
-            events.append((s, freed))
-            s += 1
+        interval_run_steps(req, self.interval, ctx, steps, events)
+        return events
 
     def run_batch(self, reqs: list, ctx: DecodeContext, steps: list[int]) -> list[tuple[int, int]]:
-        """:meth:`run_steps` per request, skipping the call for a request whose next trigger lies
-        past its steps (most of them: a trigger comes once every ``interval`` tokens)."""
-        events: list[tuple[int, int]] = []
-        due = self.interval + ctx.window + 1
-        for req, n in zip(reqs, steps, strict=True):
-            first = req.swa_evicted_seqlen + due - (req.prompt_len + req.num_outputs)  # seqlen
-            if max(first, 1 - req.decode_batch_idx) < n:
-                events.extend(self.run_steps(req, ctx, n))
-        return events
+        """:meth:`run_steps` per request (:func:`interval_run_batch`)."""
+        return interval_run_batch(reqs, self.interval, ctx, steps)
+
+
+def interval_run_steps(req, interval: int, ctx: DecodeContext, steps: int, events: list) -> None:
+    """:class:`IntervalEviction`'s trigger over ``steps`` decode steps of ``req``, from one
+    trigger step to the next: appends ``(step, SWA tokens freed)`` to ``events``."""
+    w, p, allocator = ctx.window, ctx.page_size, ctx.allocator
+    seq0 = req.seqlen
+    s = max(0, 1 - req.decode_batch_idx)
+    while True:
+        s = max(s, req.swa_evicted_seqlen + interval + w + 1 - seq0)
+        if s >= steps:
+            return
+        freed = free_out_of_window_0523(req, seq0 + s - 1, w, p, allocator, 1)
+        events.append((s, freed))
+        s += 1
+
+
+def interval_run_batch(reqs: list, interval: int, ctx: DecodeContext, steps: list) -> list:
+    """:func:`interval_run_steps` per request (request ``i`` runs ``steps[i]`` steps), all
+    events in one list, skipping a request whose next trigger lies past its steps (most of
+    them: a trigger comes once every ``interval`` tokens)."""
+    if len(steps) != len(reqs):
+        raise ValueError("run_batch: one step count per request")
+    events: list[tuple[int, int]] = []
+    due = interval + ctx.window + 1
+    for i in range(len(reqs)):
+        req = reqs[i]
+        n = steps[i]
+        first = req.swa_evicted_seqlen + due - (req.prompt_len + req.num_outputs)  # seqlen
+        if max(first, 1 - req.decode_batch_idx) < n:
+            interval_run_steps(req, interval, ctx, n, events)
+    return events
 
 
 def make_swa_eviction(name: str, *, interval: int = SWA_EVICTION_INTERVAL) -> SWAEvictionPolicy:

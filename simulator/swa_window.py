@@ -3,13 +3,14 @@
 Both raise the request's SWA cursor (``swa_evicted_seqlen``) to at least its tree-owned prefix,
 then free the SWA peers of ``[cursor, new)`` while FULL KV stays in the row. While memory ops
 are recorded (the request has ``kv_pages``) the allocator gets a window-free record instead of
-a count (:meth:`SWAKVAllocator.record_window_free`).
+a count (:meth:`SWAKVAllocator.record_window_free`). The compiled build types both rules with
+C integers (swa_window.pxd): every value is a token count.
 """
 
 from __future__ import annotations
 
 from simulator.kv_allocator import SWAKVAllocator
-from simulator.request_kv import ReqKV, ceil_page
+from simulator.request_kv import ReqKV
 
 
 def free_out_of_window_0523(
@@ -29,7 +30,8 @@ def free_out_of_window_0523(
         return 0
     evicted = max(evicted, req.swa_dead_lo(page_size))
     req.swa_evicted_seqlen = evicted
-    threshold = pre_len - ceil_page(max(window, page_size), page_size)
+    keep = -(-max(window, page_size) // page_size) * page_size  # ceil_page(max(W, page))
+    threshold = pre_len - keep
     new = max(evicted, threshold) // page_size * page_size
     if new > evicted:
         if req.kv_pages is None:

@@ -11,7 +11,6 @@ arrays of every jump of a run with :func:`materialize` in one vectorised pass in
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -19,7 +18,6 @@ from simulator.engine.decode_clock import DecodeClock, triangles
 from simulator.engine.request import SimRequest
 
 
-@dataclass(slots=True)
 class JumpSegment:
     """Steps ``[first, end)`` of a jump, run by one batch.
 
@@ -27,34 +25,57 @@ class JumpSegment:
     and ``#swa token = swa_base + page * (opened - freed by decode eviction in [first, s])``.
     The log reads usage after a step's results are processed, so the segment's last step also
     counts the releases of the requests that finish there: ``full_released`` / ``swa_released``
-    (what those releases changed the counts by, <= 0).
+    (what those releases changed the counts by, <= 0). A plain class, not a dataclass, so that
+    the compiled build makes it a typed ``cdef class`` (decode_jump.pxd).
     """
 
-    first: int
-    end: int
-    batch: list[SimRequest]
-    full_base: int
-    swa_base: int
-    full_released: int = 0
-    swa_released: int = 0
+    __slots__ = ("first", "end", "batch", "full_base", "swa_base", "full_released", "swa_released")
+
+    def __init__(
+        self,
+        first: int,
+        end: int,
+        batch: list[SimRequest],
+        full_base: int,
+        swa_base: int,
+        full_released: int = 0,
+        swa_released: int = 0,
+    ) -> None:
+        self.first, self.end, self.batch = first, end, batch
+        self.full_base, self.swa_base = full_base, swa_base
+        self.full_released, self.swa_released = full_released, swa_released
+
+    def __repr__(self) -> str:
+        return (
+            f"JumpSegment(first={self.first}, end={self.end}, batch={self.batch!r}, "
+            f"full_base={self.full_base}, swa_base={self.swa_base}, "
+            f"full_released={self.full_released}, swa_released={self.swa_released})"
+        )
 
 
-@dataclass(slots=True)
 class DecodeJump:
     """``steps`` consecutive decode steps, reported at once (``ServerObserver.on_decode_jump``).
 
     ``opens`` holds one entry per page opened, at the step that opens it; ``swa_frees`` the
     ``(step, pages)`` decode-time SWA eviction frees before that step's allocation. ``queue`` is
     ``#queue-req`` at the last step (requests that arrived during it); earlier steps saw none.
+    ``clock`` is a :class:`DecodeClock` or anything with its ``pieces`` and ``ends``.
     """
 
-    clock: DecodeClock
-    steps: int
-    page_size: int
-    opens: list[int]
-    swa_frees: list[tuple[int, int]]
-    segments: list[JumpSegment]
-    queue: int
+    __slots__ = ("clock", "steps", "page_size", "opens", "swa_frees", "segments", "queue")
+
+    def __init__(
+        self,
+        clock: DecodeClock,
+        steps: int,
+        page_size: int,
+        opens: list[int],
+        swa_frees: list[tuple[int, int]],
+        segments: list[JumpSegment],
+        queue: int,
+    ) -> None:
+        self.clock, self.steps, self.page_size = clock, steps, page_size
+        self.opens, self.swa_frees, self.segments, self.queue = opens, swa_frees, segments, queue
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(step end times, ``#full token``, ``#swa token``), one entry per step."""
@@ -107,7 +128,9 @@ class JumpColumns:
             if start >= m:  # priced, but the jump was cut short before it
                 break
             pieces += (g + start, min(length, m - start), e, alpha, beta)
-        self._opens += [g + s for s in jump.opens]
+        opens = self._opens
+        for s in jump.opens:
+            opens.append(g + s)
         frees = self._frees
         for s, pages in jump.swa_frees:
             frees += (g + s, pages)
@@ -120,9 +143,15 @@ class JumpColumns:
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(step end times, ``#full token``, ``#swa token``) of every step added, in order."""
+        full, swa = self.tokens()
+        return self.times(), full, swa
+
+    def times(self) -> np.ndarray:
+        """The end time of every step added, in order (a frame's column only: the summary
+        reads the token counts, so a recorder builds this on demand)."""
         total = self.steps
         if total == 0:
-            return np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+            return np.zeros(0)
         pieces = np.array(self._pieces, dtype=np.float64).reshape(-1, 5)
         lens = pieces[:, 1].astype(np.int64)
         local = np.arange(total, dtype=np.int64) - np.repeat(pieces[:, 0].astype(np.int64), lens)
@@ -130,6 +159,13 @@ class JumpColumns:
         times = tri1[local] * np.repeat(pieces[:, 3], lens)
         times += tri2[local] * np.repeat(pieces[:, 4], lens)
         times += np.repeat(pieces[:, 2], lens)
+        return times
+
+    def tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """(``#full token``, ``#swa token``) of every step added, in order."""
+        total = self.steps
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
         # #full / #swa token: segment base + pages opened (and freed) since the segment began
         opened = np.bincount(np.array(self._opens, dtype=np.int64), minlength=total).cumsum()
         freed = np.zeros(total, dtype=np.int64)
@@ -150,4 +186,4 @@ class JumpColumns:
             rel = np.array(self._released, dtype=np.int64).reshape(-1, 3)
             full[rel[:, 0]] += rel[:, 1]
             swa[rel[:, 0]] += rel[:, 2]
-        return times, full, swa
+        return full, swa

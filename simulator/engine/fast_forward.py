@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import math
 
-import numpy as np
 import simpy
 
 from policies.swa_eviction import DecodeContext
@@ -71,15 +70,16 @@ class _FinishChain:
         _UrgentTimeout(self.server.env, self.clock.end(step) - now).callbacks.append(self._fire)
 
     def _fire(self, _event) -> None:
-        step = self.finishing[self.pos][0]
+        finishing = self.finishing
+        step = finishing[self.pos][0]
         if step >= self.limit:
             return
         t = self.clock.end(step)
-        finishing = self.finishing
-        while self.pos < len(finishing) and finishing[self.pos][0] == step:
+        n = len(finishing)
+        while self.pos < n and finishing[self.pos][0] == step:
             self.server._complete(self.batch[finishing[self.pos][1]], t, release=False)
             self.pos += 1
-        if self.pos < len(finishing) and finishing[self.pos][0] < self.limit:
+        if self.pos < n and finishing[self.pos][0] < self.limit:
             self._schedule(t)
 
 
@@ -156,35 +156,12 @@ class FastForwardMixin:
         if self.waiting or self.chunked is not None or self.cfg.check_invariants or not self.cfg.fast_forward:
             return 0
         batch = self.running
-        return self._quiet_span(batch, [r.output_len - r.num_outputs for r in batch])
+        return quiet_span(batch, remaining_outputs(batch), self.page_size, self.window, self.cache)
 
     def _quiet_span(self, batch: list[ServerReq], rem: list[int]) -> int:
         """How many of the next decode steps of ``batch`` a jump may take, request ``i`` taking
-        part in the first ``rem[i]`` of them (both loops): up to the last step of any request,
-        before a request still in the batch reaches the window, and while free plus evictable
-        pages cover every step with a batch of headroom."""
-        bs = len(batch)
-        p = self.page_size
-        k = max(rem, default=0)
-        w = self.window
-        for r, n in zip(batch, rem, strict=True):
-            seq = r.kv_allocated_len + 1
-            if seq < w:
-                cross = w - seq
-                if cross < n:  # still in the batch when it reaches the window
-                    k = min(k, cross)
-        if k <= 1:
-            return 0
-        full_room, swa_room = self.cache.room_tokens()
-        room = min(full_room // p, swa_room // p)  # free + evictable pages
-        if room < bs:
-            return 0
-        # each request opens at most ceil(s / p) + 1 pages in s steps
-        if p == 1:
-            k = min(k, (room - bs) // bs + 1)
-        else:
-            k = min(k, p * max(0, (room - bs) // bs - 1))
-        return max(0, k)
+        part in the first ``rem[i]`` of them (both loops): :func:`quiet_span`."""
+        return quiet_span(batch, rem, self.page_size, self.window, self.cache)
 
     def _fast_forward(self, k: int):
         """Run ``k`` quiet decode steps at once, stopping early if a request arrives.
@@ -195,8 +172,7 @@ class FastForwardMixin:
         """
         batch = list(self.running)
         now = self.env.now
-        seqs = [r.kv_allocated_len for r in batch]
-        last = [min(r.output_len - r.num_outputs, k) - 1 for r in batch]  # last step in the span
+        seqs, last = jump_inputs(batch, k)  # tokens allocated; the last step in the span
         arrival = self._next_arrival if self._next_arrival > now else math.inf
         arrival = min(arrival, self._jump_deadline)  # HiCache: end before the next transfer ack
         segments, clock = self._price_jump(seqs, last, k, now, arrival)
@@ -204,7 +180,7 @@ class FastForwardMixin:
         if arrival < clock.last_end:
             # the announced arrival lands in step m - 1: the jump ends with that step
             m = clock.steps_ended_by(arrival) + 1
-        finishing = sorted((last[i], i) for i, r in enumerate(batch) if r.output_len - r.num_outputs <= m)
+        finishing = finishing_steps(batch, last, m)
         chain = _FinishChain(self, batch, finishing, clock) if finishing else None
         # an arrival during the last planned step changes nothing; one before it cuts the jump
         self._interrupt_before = clock.end(m - 2) if m > 1 else now
@@ -226,29 +202,8 @@ class FastForwardMixin:
     def _price_jump(
         self, seqs: list[int], last: list[int], k: int, now: float, arrival: float, beyond: int = 0
     ) -> tuple[list[tuple[int, int, list[int]]], DecodeClock]:
-        """The jump's batch segments ``(first step, end step, member indices)`` and their clock.
-
-        A segment ends where a request leaves (after its last step ``last[i]``; -1: in none).
-        Each is priced from its batch size and FULL / SWA context sums at its first step: a
-        step costs ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))``
-        (``CostModel.decode_terms``). Pricing stops with the segment in which the announced
-        ``arrival`` falls, or once ``beyond`` more steps after that one are priced.
-        """
-        w = self.window
-        cuts = sorted({f + 1 for f in last if 0 < f + 1 < k}) + [k]
-        segments: list[tuple[int, int, list[int]]] = []
-        clock = DecodeClock(now, [], *self.costs.decode_terms(1)[1:])
-        a = 0
-        for b in cuts:
-            members, x0, y0, below = segment_sums(seqs, last, a, w)
-            segments.append((a, b, members))
-            clock.add(b - a, self.costs.decode_terms(len(members))[0], len(members), x0, y0, below)
-            a = b
-            if clock.last_end > arrival and (
-                not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond
-            ):
-                break  # the announced arrival comes first: price no further
-        return segments, clock
+        """The jump's batch segments and their clock (:func:`price_jump`)."""
+        return price_jump(self.costs, seqs, last, k, now, arrival, beyond, self.window)
 
     def _apply_jump(
         self,
@@ -260,174 +215,349 @@ class FastForwardMixin:
         m: int,
         start: float,
     ) -> None:
-        """The cache side of a jump that began at ``start`` and whose first ``m`` steps ran:
-        memory operations, releases at finish in step order, and the jump's report
-        (:class:`DecodeJump`). Recording, the memory operations go segment by segment
-        (:meth:`_record_jump_segment`), each before the releases at its end."""
-        forward0 = self.forward_ct
-        p = self.page_size
-        ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
-        recording = self.ops is not None
-        bulk = None if recording else self._replay_jump(batch, seqs, ran, m, forward0)
-        opens: list[int] = bulk[2] if bulk is not None else []  # a page opens at each, in step order
-        frees: list[tuple[int, int]] = bulk[3] if bulk is not None else []  # (step, SWA pages)
-        recorded: list[JumpSegment] = []
-        offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
-        for a, b, members in segments:
-            if a >= m:
-                break
-            b = min(b, m)
-            reqs = [batch[i] for i in members]
-            if bulk is None and recording:
-                full_base, swa_base, seg_opens, seg_frees = self._record_jump_segment(
-                    reqs, a, b, forward0, clock, start
-                )
-                opens.extend(a + x for x in seg_opens)
-                frees.extend((a + x, pages) for x, pages in seg_frees)
-            elif bulk is None:  # a step of it may evict: SGLang's per-step sequence, by segment
-                full_base, swa_base, seg_opens, seg_frees = self._replay_quiet_steps(
-                    reqs, [seqs[i] + a for i in members], b - a, forward0 + a
-                )
-                opens.extend(a + x for x in seg_opens)
-                frees.extend((a + x, pages) for x, pages in seg_frees)
-                for r in reqs:
-                    r.kv_allocated_len += b - a
-                    r.decode_batch_idx += b - a
-                    r.num_outputs += b - a
-            else:
-                opened = bisect.bisect_left(opens, a)
-                freed = sum(pages for x, pages in frees if x < a)
-                full_base = bulk[0] + offset_full + opened * p
-                swa_base = bulk[1] + offset_swa + (opened - freed) * p
-            seg = JumpSegment(a, b, [r.sim for r in reqs], full_base, swa_base)
-            recorded.append(seg)
-            # members that produce their last token at this segment's last step
-            done_now = [
-                r for i, r in zip(members, reqs, strict=True) if last[i] < b and r.num_outputs >= r.output_len
-            ]
-            if done_now:
-                before = self.cache.used_tokens()
-                self.cache.free_group_begin()
-                for r in done_now:
-                    self._complete(r, math.nan, notify=False)
-                self.cache.free_group_end()
-                after = self.cache.used_tokens()
-                seg.full_released = after[0] - before[0]
-                seg.swa_released = after[1] - before[1]
-                offset_full += seg.full_released
-                offset_swa += seg.swa_released
-        # requests that arrived during the last step are in the queue it reports
-        self.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(self.waiting)))
-        self.forward_ct = forward0 + m
-        self.decode_steps += m
-        self.ratio.on_decode_steps(m)
-        self.running = [r for r in batch if r.num_outputs < r.output_len]
-        self._check()
+        """The cache side of a jump whose first ``m`` steps ran (:func:`apply_jump`)."""
+        apply_jump(self, batch, seqs, last, segments, clock, m, start)
 
     def _replay_jump(
         self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
     ) -> tuple[int, int, list[int], list[tuple[int, int]]] | None:
-        """A whole jump's memory operations at once, when no step of it can evict.
-
-        Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
-        jump opens with a full batch to spare, no step runs short (releases only add free pages),
-        so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
-        one go, and each request's counters advance. Returns ``#full token`` / ``#swa token``
-        before the jump, the steps that open a page (sorted, one entry per page) and the
-        ``(step, pages)`` SWA frees; or None (nothing done) otherwise, and the caller replays
-        segment by segment (:meth:`_replay_quiet_steps`).
-        """
-        p = self.page_size
-        cache = self.cache
-        opens: list[int] = []
-        for x, n in zip(seqs0, ran, strict=True):
-            f = (-x) % p  # the first step at which this request opens a page
-            if f < n:
-                opens.extend(range(f, n, p))
-        if min(cache.free_pages()) - len(opens) < len(batch):
-            return None
-        opens.sort()
-        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
-        frees = [(step, freed // p) for step, freed in self.swa_policy.run_batch(batch, ctx, ran)]
-        full_used0, swa_used0 = self.cache.used_tokens()
-        freed_pages = sum(pages for _, pages in frees)
-        self.swa_freed_by_decode += freed_pages * p
-        cache.alloc_pages_and_free_swa(len(opens), freed_pages)
-        for r, n in zip(batch, ran, strict=True):
-            r.kv_allocated_len += n
-            r.decode_batch_idx += n
-            r.num_outputs += n
-        return full_used0, swa_used0, opens, frees
+        """A whole jump's memory operations at once, when no step of it can evict
+        (:func:`replay_jump`); None (nothing done) otherwise."""
+        return replay_jump(self, batch, seqs0, ran, m, forward_ct)
 
     def _replay_quiet_steps(
         self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int
     ) -> tuple[int, int, list[int], list[tuple[int, int]]]:
-        """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
+        """``m`` decode steps' memory operations in SGLang's per-step order
+        (:func:`replay_quiet_steps`)."""
+        return replay_quiet_steps(self, batch, seqs0, m, forward_ct)
 
-        Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
-        ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
-        pool runs short, allocations and SWA frees are applied in bulk. Returns ``#full token``
-        and ``#swa token`` before the steps, the steps that open a page (one entry per page) and
-        the ``(step, pages)`` SWA frees: evictions move evictable to available, so they change
-        neither count (:class:`JumpSegment`).
-        """
-        bs = len(batch)
-        p = self.page_size
-        cache = self.cache
-        opens = np.zeros(m, dtype=np.int64)
-        total = 0
-        for x in seqs0:
-            f = (-x) % p  # the first step at which this request opens a page
-            if f < m:
-                opens[f::p] += 1
-                total += (m - 1 - f) // p + 1
-        # SWA-eviction events, computed without touching the allocator, applied in order below
-        ctx = DecodeContext(self.window, p, _DEFERRED_FREES, forward_ct)
-        events = [ev for r in batch for ev in self.swa_policy.run_steps(r, ctx, m)]
-        frees_total = sum(freed for _, freed in events) // p
-        self.swa_freed_by_decode += frees_total * p
-        full_used0, swa_used0 = self.cache.used_tokens()
-        pages_through = opens.cumsum()
-        open_steps = np.repeat(np.arange(m), opens).tolist()
-        free_list = [(step, freed // p) for step, freed in events]
-        if min(cache.free_pages()) - total >= bs:
-            # free pages never drop below a batch's worth: no step evicts
-            cache.alloc_pages_and_free_swa(total, frees_total)
-            return full_used0, swa_used0, open_steps, free_list
-        frees = np.zeros(m, dtype=np.int64)  # SWA pages freed at step s (before its alloc)
-        for step, freed in events:
-            frees[step] += freed // p
-        self._replay_short_steps(opens, frees, pages_through, bs)
-        return full_used0, swa_used0, open_steps, free_list
 
-    def _replay_short_steps(
-        self, opens: np.ndarray, frees: np.ndarray, pages_through: np.ndarray, bs: int
-    ) -> None:
-        """The per-step sequence of :meth:`_replay_quiet_steps` where a pool may run short:
-        quiet stretches in bulk, each short step as SGLang runs it (evict, window free, evict,
-        allocate)."""
-        cache, p, m = self.cache, self.page_size, len(opens)
-        s = 0
+# --- the jump's typed loops (fast_forward.pxd types them in the compiled build) ----------------
+
+
+def remaining_outputs(batch: list) -> list:
+    """Tokens each request of ``batch`` still has to produce."""
+    return [r.output_len - r.num_outputs for r in batch]
+
+
+def jump_inputs(batch: list, k: int) -> tuple:
+    """``(seqs, last)`` of a jump of up to ``k`` steps: each request's allocated tokens, and
+    the last step of the span in which it runs (it leaves after its last token)."""
+    seqs: list = []
+    last: list = []
+    for r in batch:
+        seqs.append(r.kv_allocated_len)
+        n = r.output_len - r.num_outputs
+        last.append(min(n, k) - 1)
+    return seqs, last
+
+
+def finishing_steps(batch: list, last: list, m: int) -> list:
+    """``(last step, index)`` of the requests of ``batch`` that finish within ``m`` steps,
+    sorted (the order their clients hear of them in)."""
+    finishing: list = []
+    for i in range(len(batch)):
+        r = batch[i]
+        if r.output_len - r.num_outputs <= m:
+            finishing.append((last[i], i))
+    finishing.sort()
+    return finishing
+
+
+def quiet_span(batch: list, rem: list, p: int, w: int, cache) -> int:
+    """How many of the next decode steps of ``batch`` a jump may take, request ``i`` taking
+    part in the first ``rem[i]`` of them: up to the last step of any request, before a request
+    still in the batch reaches the window ``w``, and while free plus evictable pages (``cache``)
+    cover every step with a batch of headroom."""
+    bs = len(batch)
+    if len(rem) != bs:
+        raise ValueError("quiet_span: one remaining-step count per request")
+    k = 0
+    for i in range(bs):
+        n = rem[i]
+        if i == 0 or n > k:
+            k = n  # max(rem, default=0)
+    for i in range(bs):
+        seq = batch[i].kv_allocated_len + 1
+        if seq < w:
+            cross = w - seq
+            if cross < rem[i] and cross < k:  # still in the batch when it reaches the window
+                k = cross
+    if k <= 1:
+        return 0
+    full_room, swa_room = cache.room_tokens()
+    room = min(full_room // p, swa_room // p)  # free + evictable pages
+    if room < bs:
+        return 0
+    # each request opens at most ceil(s / p) + 1 pages in s steps
+    if p == 1:
+        k = min(k, (room - bs) // bs + 1)
+    else:
+        k = min(k, p * max(0, (room - bs) // bs - 1))
+    return max(0, k)
+
+
+def price_jump(
+    costs, seqs: list, last: list, k: int, now: float, arrival: float, beyond: int, w: int
+) -> tuple:
+    """The jump's batch segments ``(first step, end step, member indices)`` and their clock.
+
+    A segment ends where a request leaves (after its last step ``last[i]``; -1: in none).
+    Each is priced from its batch size and FULL / SWA context sums at its first step: a
+    step costs ``C(bs) + max(fa*x, fb*(x+bs)) + max(sa*y, sb*(y+bs))``
+    (``CostModel.decode_terms``). Pricing stops with the segment in which the announced
+    ``arrival`` falls, or once ``beyond`` more steps after that one are priced.
+    """
+    ends = set()
+    for i in range(len(last)):
+        f = last[i] + 1
+        if 0 < f < k:
+            ends.add(f)
+    cuts = sorted(ends)
+    cuts.append(k)
+    segments: list = []
+    terms = costs.decode_terms(1)
+    clock = DecodeClock(now, [], terms[1], terms[2], terms[3], terms[4])
+    a = 0
+    for b in cuts:
+        members, x0, y0, below = segment_sums(seqs, last, a, w)
+        segments.append((a, b, members))
+        n = len(members)
+        clock.add(b - a, costs.decode_terms(n)[0], n, x0, y0, below)
+        a = b
+        if clock.last_end > arrival and (not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond):
+            break  # the announced arrival comes first: price no further
+    return segments, clock
+
+
+def apply_jump(
+    server, batch: list, seqs: list, last: list, segments: list, clock, m: int, start: float
+) -> None:
+    """The cache side of a jump that began at ``start`` and whose first ``m`` steps ran:
+    memory operations, releases at finish in step order, and the jump's report
+    (:class:`DecodeJump`). Recording, the memory operations go segment by segment
+    (``_record_jump_segment``), each before the releases at its end."""
+    forward0 = server.forward_ct
+    p = server.page_size
+    cache = server.cache
+    ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
+    recording = server.ops is not None
+    bulk = None if recording else replay_jump(server, batch, seqs, ran, m, forward0)
+    opens: list = bulk[2] if bulk is not None else []  # a page opens at each, in step order
+    frees: list = bulk[3] if bulk is not None else []  # (step, SWA pages)
+    recorded: list = []
+    sims = [r.sim for r in batch]
+    offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
+    for a, b, members in segments:
+        if a >= m:
+            break
+        if b > m:
+            b = m
+        if bulk is not None:
+            opened = bisect.bisect_left(opens, a)
+            freed = 0
+            for x, pages in frees:
+                if x < a:
+                    freed += pages
+            full_base = bulk[0] + offset_full + opened * p
+            swa_base = bulk[1] + offset_swa + (opened - freed) * p
+        else:
+            reqs = [batch[i] for i in members]
+            if recording:
+                full_base, swa_base, seg_opens, seg_frees = server._record_jump_segment(
+                    reqs, a, b, forward0, clock, start
+                )
+            else:  # a step of it may evict: SGLang's per-step sequence, by segment
+                full_base, swa_base, seg_opens, seg_frees = replay_quiet_steps(
+                    server, reqs, [seqs[i] + a for i in members], b - a, forward0 + a
+                )
+                advance(reqs, b - a)
+            for x in seg_opens:
+                opens.append(a + x)
+            for x, pages in seg_frees:
+                frees.append((a + x, pages))
+        seg = JumpSegment(a, b, [sims[i] for i in members], full_base, swa_base)
+        recorded.append(seg)
+        done_now = finishing_at(batch, members, last, b)
+        if done_now:
+            full0, swa0 = cache.used_tokens()
+            cache.free_group_begin()
+            for r in done_now:
+                server._complete(r, math.nan, notify=False)
+            cache.free_group_end()
+            full1, swa1 = cache.used_tokens()
+            seg.full_released = full1 - full0
+            seg.swa_released = swa1 - swa0
+            offset_full += seg.full_released
+            offset_swa += seg.swa_released
+    # requests that arrived during the last step are in the queue it reports
+    server.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(server.waiting)))
+    server.forward_ct = forward0 + m
+    server.decode_steps += m
+    server.ratio.on_decode_steps(m)
+    server.running = [r for r in batch if r.num_outputs < r.output_len]
+    server._check()
+
+
+def finishing_at(batch: list, members: list, last: list, b: int) -> list:
+    """The members of a segment ending at step ``b`` that produce their last token at its
+    last step, in member order (the order they are released in)."""
+    done: list = []
+    for j in range(len(members)):
+        i = members[j]
+        f = last[i]
+        if f < b:
+            r = batch[i]
+            if r.num_outputs >= r.output_len:
+                done.append(r)
+    return done
+
+
+def advance(reqs: list, n: int) -> None:
+    """Each request's counters after ``n`` more decode steps."""
+    for r in reqs:
+        r.kv_allocated_len += n
+        r.decode_batch_idx += n
+        r.num_outputs += n
+
+
+def page_opens(seqs0: list, ran: list, p: int) -> list:
+    """The steps at which a page opens, one entry per page, in request order: request ``i``
+    (``seqs0[i]`` tokens allocated) runs ``ran[i]`` steps and opens a page at every step whose
+    token starts one."""
+    if len(ran) != len(seqs0):
+        raise ValueError("page_opens: one step count per request")
+    opens: list = []
+    for i in range(len(seqs0)):
+        n = ran[i]
+        s = (-seqs0[i]) % p  # the first step at which this request opens a page
+        while s < n:
+            opens.append(s)
+            s += p
+    return opens
+
+
+def replay_jump(server, batch: list, seqs0: list, ran: list, m: int, forward_ct: int):
+    """A whole jump's memory operations at once, when no step of it can evict.
+
+    Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
+    jump opens with a full batch to spare, no step runs short (releases only add free pages),
+    so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
+    one go, and each request's counters advance. Returns ``#full token`` / ``#swa token``
+    before the jump, the steps that open a page (sorted, one entry per page) and the
+    ``(step, pages)`` SWA frees; or None (nothing done) otherwise, and the caller replays
+    segment by segment (:func:`replay_quiet_steps`).
+    """
+    p = server.page_size
+    cache = server.cache
+    opens = page_opens(seqs0, ran, p)
+    full_free, swa_free = cache.free_pages()
+    if min(full_free, swa_free) - len(opens) < len(batch):
+        return None
+    opens.sort()
+    ctx = DecodeContext(server.window, p, _DEFERRED_FREES, forward_ct)
+    frees: list = []
+    freed_pages = 0
+    for step, freed in server.swa_policy.run_batch(batch, ctx, ran):
+        pages = freed // p
+        frees.append((step, pages))
+        freed_pages += pages
+    full_used0, swa_used0 = cache.used_tokens()
+    server.swa_freed_by_decode += freed_pages * p
+    cache.alloc_pages_and_free_swa(len(opens), freed_pages)
+    if len(ran) != len(batch):
+        raise ValueError("replay_jump: one step count per request")
+    for i in range(len(batch)):
+        r = batch[i]
+        n = ran[i]
+        r.kv_allocated_len += n
+        r.decode_batch_idx += n
+        r.num_outputs += n
+    return full_used0, swa_used0, opens, frees
+
+
+def replay_quiet_steps(server, batch: list, seqs0: list, m: int, forward_ct: int) -> tuple:
+    """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
+
+    Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
+    ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
+    pool runs short, allocations and SWA frees are applied in bulk. Returns ``#full token``
+    and ``#swa token`` before the steps, the steps that open a page (one entry per page) and
+    the ``(step, pages)`` SWA frees: evictions move evictable to available, so they change
+    neither count (:class:`JumpSegment`).
+    """
+    bs = len(batch)
+    p = server.page_size
+    cache = server.cache
+    opens = [0] * m  # pages opened at step s
+    total = 0
+    for i in range(len(seqs0)):
+        s = (-seqs0[i]) % p  # the first step at which this request opens a page
         while s < m:
-            # free pages before each later step's allocation, if no eviction happened
-            cons_before = pages_through[s:] - opens[s:] - (pages_through[s - 1] if s else 0)
-            frees_before = np.cumsum(frees[s:]) - frees[s:]
-            full_free, swa_free = cache.free_pages()
-            ff = full_free - cons_before
-            sf = swa_free - cons_before + frees_before
-            need = opens[s:]
-            short = (ff < need) | (sf < need) | (ff < bs) | (sf + frees[s:] < bs)
-            hit = np.flatnonzero(short)
-            t = s + int(hit[0]) if len(hit) else m
-            if t > s:  # the quiet stretch [s, t): its allocations and SWA frees, net
-                cache.alloc_pages_and_free_swa(int(opens[s:t].sum()), int(frees[s:t].sum()))
-            if t == m:
+            opens[s] += 1
+            total += 1
+            s += p
+    # SWA-eviction events, computed without touching the allocator, applied in order below
+    ctx = DecodeContext(server.window, p, _DEFERRED_FREES, forward_ct)
+    policy = server.swa_policy
+    free_list: list = []
+    frees_total = 0
+    for r in batch:
+        for step, freed in policy.run_steps(r, ctx, m):
+            free_list.append((step, freed // p))
+            frees_total += freed
+    frees_total //= p
+    server.swa_freed_by_decode += frees_total * p
+    full_used0, swa_used0 = cache.used_tokens()
+    open_steps: list = []  # the step of every page opened, in step order
+    for s in range(m):
+        n = opens[s]
+        for _j in range(n):
+            open_steps.append(s)
+    full_free, swa_free = cache.free_pages()
+    if min(full_free, swa_free) - total >= bs:
+        # free pages never drop below a batch's worth: no step evicts
+        cache.alloc_pages_and_free_swa(total, frees_total)
+        return full_used0, swa_used0, open_steps, free_list
+    frees = [0] * m  # SWA pages freed at step s (before its alloc)
+    for step, pages in free_list:
+        frees[step] += pages
+    replay_short_steps(cache, opens, frees, bs, p)
+    return full_used0, swa_used0, open_steps, free_list
+
+
+def replay_short_steps(cache, opens: list, frees: list, bs: int, p: int) -> None:
+    """The per-step sequence of :func:`replay_quiet_steps` where a pool may run short: quiet
+    stretches in bulk, each short step as SGLang runs it (evict, window free, evict,
+    allocate)."""
+    m = len(opens)
+    s = 0
+    while s < m:
+        # the first step t >= s that runs short if no eviction happened before it: free pages
+        # before its allocation, less the pages opened (plus the SWA pages freed) in [s, t)
+        full_free, swa_free = cache.free_pages()
+        cons = freed = 0
+        t = s
+        while t < m:
+            need = opens[t]
+            ff = full_free - cons
+            sf = swa_free - cons + freed
+            ft = frees[t]
+            if ff < need or sf < need or ff < bs or sf + ft < bs:
                 break
-            # step t runs SGLang's per-step sequence
-            cache.evict_to_free_tokens(int(opens[t]) * p)
-            cache.free_swa_pages(int(frees[t]))
-            cache.evict_to_free_tokens(bs * p)
-            if not cache.can_alloc_pages(int(opens[t])):  # pragma: no cover - excluded by _quiet_steps
-                raise OutOfMemory("decode out of memory inside a fast-forwarded span")
-            cache.alloc_pages(int(opens[t]))
-            s = t + 1
+            cons += need
+            freed += ft
+            t += 1
+        if t > s:  # the quiet stretch [s, t): its allocations and SWA frees, net
+            cache.alloc_pages_and_free_swa(cons, freed)
+        if t == m:
+            break
+        # step t runs SGLang's per-step sequence
+        cache.evict_to_free_tokens(opens[t] * p)
+        cache.free_swa_pages(frees[t])
+        cache.evict_to_free_tokens(bs * p)
+        if not cache.can_alloc_pages(opens[t]):  # pragma: no cover - excluded by _quiet_steps
+            raise OutOfMemory("decode out of memory inside a fast-forwarded span")
+        cache.alloc_pages(opens[t])
+        s = t + 1

@@ -93,7 +93,7 @@ def _decode_frame(cols: RunColumns) -> pd.DataFrame:
 
     if cols.decode_empty:
         return pd.DataFrame({c: pd.Series(dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS})
-    return pd.DataFrame(cols.decode_steps, columns=list(DECODE_FRAME_COLUMNS))
+    return pd.DataFrame(dict(cols.decode_steps), columns=list(DECODE_FRAME_COLUMNS))
 
 
 def _prefill_frame(cols: RunColumns) -> pd.DataFrame:

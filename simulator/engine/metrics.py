@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timedelta
 from itertools import chain
 from pathlib import Path
@@ -28,6 +28,7 @@ import numpy as np
 
 from simulator.engine.bench_summary import bench_percentile, bench_summary, latency_stats
 from simulator.engine.config import SimConfig
+from simulator.engine.decode_columns import DecodeColumns
 from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.outputs import write_tables
@@ -132,6 +133,46 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     return top, float(counts[top]) / len(rounds)
 
 
+def jump_constants(const: list, jump: DecodeJump) -> None:
+    """Append ``jump``'s per-call constants ``(steps, running, queue, round, share)`` to
+    ``const``, the last step apart when it saw a queue (as :meth:`DecodeJump.step_calls`)."""
+    steps, queue = jump.steps, jump.queue
+    prev, rnd, share = None, -1, 0.0
+    for seg in jump.segments:
+        batch = seg.batch
+        running = len(batch)
+        known = None if prev is None else _round_of_subset(batch, prev, rnd, share)
+        rnd, share = majority_round(batch) if known is None else known
+        prev, k = batch, seg.end - seg.first
+        if seg.end == steps and queue:  # the last step saw a queue
+            if k > 1:
+                const.append((k - 1, running, 0, rnd, share))
+            const.append((1, running, queue, rnd, share))
+        else:
+            const.append((k, running, 0, rnd, share))
+
+
+def _round_of_subset(batch: list, prev: list, rnd: int, share: float) -> tuple[int, float] | None:
+    """:func:`majority_round` of ``batch`` from ``(rnd, share)``, that of ``prev``, without a
+    count where ``batch`` is a subsequence of ``prev`` (a jump's requests only leave) whose
+    non-heartbeat requests are all of one round, or none; else None."""
+    if share != 0.0 and share != 1.0:
+        return None  # several rounds: count again
+    n, j = len(prev), 0
+    for r in batch:
+        while j < n and prev[j] is not r:
+            j += 1
+        if j == n:
+            return None  # not a subsequence
+        j += 1
+    if share == 0.0:
+        return -1, 0.0  # heartbeats only, as in prev
+    for r in batch:
+        if not r.heartbeat:
+            return rnd, 1.0
+    return -1, 0.0
+
+
 class Recorder(ServerObserver):
     """Collects what the server reports and turns it into frames, a summary and output files.
 
@@ -178,11 +219,13 @@ class Recorder(ServerObserver):
         self._jumps = JumpColumns()
         self._d_const: list[tuple[int, int, int, int, float]] = []  # (steps, running, queue, round, share)
         # older per-call constants, packed (_pack_decode); the stepwise records at the end of
-        # _d_chunks not packed yet; records so far (the key of the cached _d_arrays)
+        # _d_chunks not packed yet; records so far (the key of the cached _d_arrays); decode
+        # columns handed out with frame columns still to build (settled at the next record)
         self._d_const_packed: list[np.ndarray] = []
         self._d_tail = 0
         self._d_records = 0
-        self._d_arrays: tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self._d_arrays: tuple[int, tuple[np.ndarray, np.ndarray]] | None = None
+        self._d_lazy: list[DecodeColumns] = []
         self._n_steps = 0
         self._tokens_since_log = 0
         self._last_log_t = 0.0
@@ -254,6 +297,8 @@ class Recorder(ServerObserver):
         swa_used: np.ndarray,
         queue: int,
     ) -> None:
+        if self._d_lazy:
+            self._settle_decode_columns()
         t = np.asarray(step_end_s, dtype=np.float64).reshape(-1)  # handed over: kept as is
         k = len(t)
         if k == 0:
@@ -275,26 +320,18 @@ class Recorder(ServerObserver):
         self._n_steps += k
 
     def on_decode_jump(self, jump: DecodeJump) -> None:
-        """Keep the jump in closed form; :meth:`_decode_arrays` builds all jumps' arrays at once.
+        """Keep the jump in closed form; :meth:`_decode_tokens` builds all jumps' arrays at once.
         With ``log_decode`` the steps are needed now, so they go through :meth:`on_decode_steps`."""
         if self.log_decode:
             super().on_decode_jump(jump)
             return
+        if self._d_lazy:
+            self._settle_decode_columns()
         self._jumps.add(jump)
         self._d_chunks.append(jump.steps)
         self._d_records += 1
         self._d_tail = 0
-        const = self._d_const
-        for seg in jump.segments:
-            running = len(seg.batch)
-            rnd, share = majority_round(seg.batch)
-            k = seg.end - seg.first
-            if seg.end == jump.steps and jump.queue:  # the last step saw a queue
-                if k > 1:
-                    const.append((k - 1, running, 0, rnd, share))
-                const.append((1, running, jump.queue, rnd, share))
-            else:
-                const.append((k, running, 0, rnd, share))
+        jump_constants(self._d_const, jump)
         self._n_steps += jump.steps
 
     def _pack_decode(self) -> None:
@@ -406,53 +443,51 @@ class Recorder(ServerObserver):
         recorded as the requests finished (:class:`RequestRows`)."""
         return self._reqs.columns()
 
-    def _decode_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(time, #full token, #swa token) of every decode step so far, jumps materialised in
-        one pass (:class:`JumpColumns`) and cached until the next record."""
-        chunks = self._d_chunks
+    def _decode_tokens(self) -> tuple[np.ndarray, np.ndarray]:
+        """(#full token, #swa token) of every decode step so far, jumps materialised in one
+        pass (:class:`JumpColumns`) and cached until the next record."""
         if self._d_arrays is not None and self._d_arrays[0] == self._d_records:
             return self._d_arrays[1]
-        jumps = self._jumps.arrays()
-        stepwise = [c for c in chunks if not isinstance(c, int)]
-        if not stepwise:
-            out = jumps
-        else:
-            # the jumps' steps and the stepwise calls' steps, interleaved in call order
-            lens = np.fromiter(
-                (c if isinstance(c, int) else len(c[0]) for c in chunks), np.int64, len(chunks)
-            )
-            from_jump = np.repeat(np.fromiter((isinstance(c, int) for c in chunks), bool, len(chunks)), lens)
-            out = []
-            for i, dtype in enumerate((np.float64, np.int64, np.int64)):
-                col = np.empty(len(from_jump), dtype=dtype)
-                col[from_jump] = jumps[i]
-                col[~from_jump] = np.concatenate([c[i] for c in stepwise])
-                out.append(col)
-            out = tuple(out)
-        self._d_arrays = (self._d_records, out)
-        return out
+        full, swa = _interleave(self._d_chunks, self._jumps.tokens(), 1)
+        self._d_arrays = (self._d_records, (full, swa))
+        return full, swa
 
-    def _decode_columns(self) -> dict[str, np.ndarray]:
-        """The decode-steps frame's columns as arrays (the summary reads these, no DataFrame)."""
+    def _decode_columns(self) -> Mapping[str, np.ndarray]:
+        """The decode-steps frame's columns: what the summary reads now, the frame's others on
+        first read (:class:`DecodeColumns`, settled before the next record)."""
         if not self._d_chunks:
             return {c: np.zeros(0, dtype=_DECODE_DTYPES[c]) for c in DECODE_FRAME_COLUMNS}
         const = _const_array(self._d_const)
         if self._d_const_packed:
             const = np.concatenate([*self._d_const_packed, const])
         reps = const[:, 0].astype(np.int64)
-        time, full, swa = self._decode_arrays()
-        return {
+        full, swa = self._decode_tokens()
+        built = {
             "step": np.arange(1, len(full) + 1, dtype=np.int64),
-            "time_s": time,
-            "running": np.repeat(const[:, 1].astype(np.int64), reps),
-            "queue": np.repeat(const[:, 2].astype(np.int64), reps),
             "full_token": full,
             "full_token_usage": self._usage(full, "full_tokens"),
             "swa_token": swa,
             "swa_token_usage": self._usage(swa, "swa_tokens"),
             "round": np.repeat(const[:, 3].astype(np.int64), reps),
-            "round_share": np.repeat(const[:, 4], reps),
         }
+        later = {"running": 1, "queue": 2, "round_share": 4}
+        jumps, chunks = self._jumps, self._d_chunks  # not the recorder: no reference cycle
+
+        def build(name: str) -> np.ndarray:
+            if name == "time_s":
+                return _interleave(chunks, (jumps.times(),), 0)[0]
+            i = later[name]
+            return np.repeat(const[:, i] if i == 4 else const[:, i].astype(np.int64), reps)
+
+        cols = DecodeColumns(DECODE_FRAME_COLUMNS, built, build)
+        self._d_lazy.append(cols)
+        return cols
+
+    def _settle_decode_columns(self) -> None:
+        """Build the columns still owed before the recorder's state moves on."""
+        for cols in self._d_lazy:
+            cols.settle()
+        self._d_lazy = []
 
     def summary(self, columns: RunColumns | None = None) -> dict[str, Any]:
         """bench_multiturn's numbers plus kvplan's server-side ones, JSON-ready (NaN -> None);
@@ -526,6 +561,23 @@ _PREFILL_NAMES = [c for c in PREFILL_FRAME_COLUMNS if not c.endswith("_usage")]
 _PREFILL_FIELDS = len(_PREFILL_NAMES)  # the two usage columns are computed
 _PREFILL_PACK = 1 << 16  # batches kept as tuples before they are packed
 _DECODE_PACK = 1 << 14  # stepwise decode records (or per-call constants) kept before packing
+
+
+def _interleave(chunks: list, jump_cols: tuple[np.ndarray, ...], first: int) -> tuple[np.ndarray, ...]:
+    """Columns ``first, first + 1, ...`` of the decode steps: the jumps' steps (``jump_cols``)
+    and the stepwise calls' steps (the arrays in ``chunks``), interleaved in call order."""
+    stepwise = [c for c in chunks if not isinstance(c, int)]
+    if not stepwise:
+        return jump_cols
+    lens = np.fromiter((c if isinstance(c, int) else len(c[0]) for c in chunks), np.int64, len(chunks))
+    from_jump = np.repeat(np.fromiter((isinstance(c, int) for c in chunks), bool, len(chunks)), lens)
+    out = []
+    for i, jumps in enumerate(jump_cols, first):
+        col = np.empty(len(from_jump), dtype=np.float64 if i == 0 else np.int64)
+        col[from_jump] = jumps
+        col[~from_jump] = np.concatenate([c[i] for c in stepwise])
+        out.append(col)
+    return tuple(out)
 
 
 def _const_array(const: list[tuple[int, int, int, int, float]]) -> np.ndarray:

@@ -413,8 +413,9 @@ def _records(
         elif prev is sims:
             out.append(JumpSegment(u - 1, v - 1, sims, full, swa, rel_full, rel_swa))
         else:
-            rel = (rel_full, rel_swa) if last else (0, 0)
-            out.append(JumpSegment(u - 1, u, prev, full, swa, *rel))
+            out.append(
+                JumpSegment(u - 1, u, prev, full, swa, rel_full if last else 0, rel_swa if last else 0)
+            )
         if not last and (prev is None or prev is not sims):
             o = bisect.bisect_right(opens, u) - bisect.bisect_left(opens, u)
             f = free_at.get(u, 0)

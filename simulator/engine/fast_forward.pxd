@@ -1,0 +1,90 @@
+# Typed declarations for the compiled build of fast_forward.py (Cython's pure-Python mode: the
+# .py stays the one source and runs as it is without Cython). The jump's loops are module-level
+# functions (the mixin's methods, on a plain class, only call them) with 64-bit integer locals
+# for token, page and step counts; floor division and modulo keep Python's semantics (cdivision
+# is off) and no float is computed here, so the results are the same bit for bit. Requests are
+# still Python objects (``object``).
+cimport cython
+
+from policies.swa_eviction cimport DecodeContext
+from simulator.engine.decode_clock cimport DecodeClock, segment_sums
+from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
+
+
+cdef class _DeferredFrees:
+    pass
+
+
+cdef class _FinishChain:
+    cdef object server
+    cdef list batch
+    cdef list finishing
+    cdef object clock
+    cdef Py_ssize_t pos
+    cdef public long long limit
+
+    @cython.locals(step=cython.longlong)
+    cpdef _schedule(self, double now)
+
+    @cython.locals(step=cython.longlong, finishing=list, n=cython.Py_ssize_t)
+    cpdef _fire(self, _event)
+
+
+cpdef list remaining_outputs(list batch)
+
+@cython.locals(seqs=list, last=list, n=cython.longlong)
+cpdef tuple jump_inputs(list batch, long long k)
+
+@cython.locals(finishing=list, i=cython.Py_ssize_t)
+cpdef list finishing_steps(list batch, list last, long long m)
+
+@cython.locals(bs=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.longlong, n=cython.longlong,
+               seq=cython.longlong, cross=cython.longlong, full_room=cython.longlong,
+               swa_room=cython.longlong, room=cython.longlong)
+cpdef long long quiet_span(list batch, list rem, long long p, long long w, cache) except? -1
+
+@cython.locals(i=cython.Py_ssize_t, f=cython.longlong, a=cython.longlong, b=cython.longlong,
+               n=cython.longlong, x0=cython.longlong, y0=cython.longlong, below=cython.longlong,
+               members=list, segments=list, cuts=list, ends=set, terms=tuple, clock=DecodeClock)
+cpdef tuple price_jump(costs, list seqs, list last, long long k, double now, double arrival,
+                       long long beyond, long long w)
+
+@cython.locals(forward0=cython.longlong, p=cython.longlong, a=cython.longlong, b=cython.longlong,
+               opened=cython.longlong, freed=cython.longlong, x=cython.longlong,
+               pages=cython.longlong, offset_full=cython.longlong, offset_swa=cython.longlong,
+               full_base=cython.longlong, swa_base=cython.longlong, full0=cython.longlong,
+               swa0=cython.longlong, full1=cython.longlong, swa1=cython.longlong,
+               recording=cython.bint, ran=list, opens=list, frees=list, recorded=list,
+               members=list, reqs=list, done_now=list, seg=JumpSegment, bulk=tuple,
+               sims=list)
+cpdef apply_jump(server, list batch, list seqs, list last, list segments, clock, long long m,
+                 double start)
+
+@cython.locals(done=list, j=cython.Py_ssize_t, i=cython.Py_ssize_t, f=cython.longlong)
+cpdef list finishing_at(list batch, list members, list last, long long b)
+
+cpdef advance(list reqs, long long n)
+
+@cython.locals(i=cython.Py_ssize_t, n=cython.longlong, s=cython.longlong, opens=list)
+cpdef list page_opens(list seqs0, list ran, long long p)
+
+@cython.locals(p=cython.longlong, opens=list, full_free=cython.longlong, swa_free=cython.longlong,
+               frees=list, freed_pages=cython.longlong, step=cython.longlong,
+               freed=cython.longlong, pages=cython.longlong, full_used0=cython.longlong,
+               swa_used0=cython.longlong, i=cython.Py_ssize_t, n=cython.longlong,
+               ctx=DecodeContext)
+cpdef object replay_jump(server, list batch, list seqs0, list ran, long long m, long long forward_ct)
+
+@cython.locals(bs=cython.Py_ssize_t, p=cython.longlong, opens=list, total=cython.longlong,
+               i=cython.Py_ssize_t, s=cython.longlong, _j=cython.longlong, n=cython.longlong,
+               ctx=DecodeContext, free_list=list, frees_total=cython.longlong,
+               step=cython.longlong, freed=cython.longlong, pages=cython.longlong,
+               full_used0=cython.longlong, swa_used0=cython.longlong, open_steps=list,
+               full_free=cython.longlong, swa_free=cython.longlong, frees=list)
+cpdef tuple replay_quiet_steps(server, list batch, list seqs0, long long m, long long forward_ct)
+
+@cython.locals(m=cython.Py_ssize_t, s=cython.Py_ssize_t, t=cython.Py_ssize_t,
+               cons=cython.longlong, freed=cython.longlong, need=cython.longlong,
+               ff=cython.longlong, sf=cython.longlong, full_free=cython.longlong,
+               swa_free=cython.longlong, ft=cython.longlong)
+cpdef replay_short_steps(cache, list opens, list frees, long long bs, long long p)
