@@ -10,8 +10,6 @@ nothing is built the compiled half is skipped, unless ``KVPLAN_REQUIRE_COMPILED=
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +23,7 @@ from simulator.compiled_modules import (
     source_hash,
     source_path,
 )
+from tests.compiled_child import run_child
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -64,15 +63,7 @@ print(json.dumps(dict(files=files, loaded=FINDER.loaded, runs=runs)))
 
 
 def child(pure: bool) -> dict:
-    import json
-
-    env = {k: v for k, v in os.environ.items() if k not in ("KVPLAN_PURE_PYTHON", "KVPLAN_REQUIRE_COMPILED")}
-    if pure:
-        env["KVPLAN_PURE_PYTHON"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD], check=True, cwd=ROOT, env=env, capture_output=True, text=True
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_child(CHILD, pure)
 
 
 def built() -> bool:

@@ -8,17 +8,12 @@ past the window, and lengths whose products exceed 2**53; ``float.hex`` compares
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from simulator.compiled_modules import extension_path, module_hash, read_record
-
-ROOT = Path(__file__).resolve().parents[1]
+from tests.compiled_child import run_child
 
 CHILD = """
 import json
@@ -55,13 +50,7 @@ MODULES = ("simulator.cost.step_prices", "simulator.cost.prefill_sums")
 
 
 def _child(pure: bool) -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("KVPLAN_PURE_PYTHON", "KVPLAN_REQUIRE_COMPILED")}
-    if pure:
-        env["KVPLAN_PURE_PYTHON"] = "1"
-    out = subprocess.run(
-        [sys.executable, "-c", CHILD], check=True, cwd=ROOT, env=env, capture_output=True, text=True
-    ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    return run_child(CHILD, pure)
 
 
 def test_typed_prices_equal_the_source_bit_for_bit() -> None:
