@@ -246,15 +246,20 @@ def test_overlap_schedule_retracts_under_pressure():
 def test_collector_freeze_is_undone_and_leaves_a_callers_freeze_alone():
     import gc
 
-    from simulator.engine.simulate import collector_skips_older_objects
+    from simulator.engine.simulate import RUN_GC_THRESHOLD, collector_skips_older_objects
 
     assert gc.get_freeze_count() == 0
+    before = gc.get_threshold()
     with collector_skips_older_objects():
         assert gc.get_freeze_count() > 0  # the objects from before the run are parked
+        # young collections are rarer during the run; the older generations keep their ratios
+        assert gc.get_threshold() == (max(before[0], RUN_GC_THRESHOLD), *before[1:])
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     with pytest.raises(RuntimeError), collector_skips_older_objects():
         raise RuntimeError("a run that fails still hands the objects back")
     assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
     gc.freeze()  # a caller's own freeze (e.g. before forking) is neither extended nor undone
     try:
         frozen = gc.get_freeze_count()
