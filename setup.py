@@ -37,8 +37,15 @@ class RecordingBuildExt(build_ext):
     """``build_ext`` that records the source hash of every plain module it built, so that a
     build is loaded only while it matches its source (``simulator.compiled_modules``)."""
 
+    def finalize_options(self) -> None:
+        super().finalize_options()
+        # compile the extensions side by side (``build_ext --parallel``): some thirty C files of
+        # generated code, the longest step of a fresh install; an explicit -j N still wins
+        if self.parallel is None:
+            self.parallel = os.cpu_count() or 1
+
     def run(self) -> None:
-        self._built: list[str] = []
+        self._built: list[str] = []  # appended from the build threads (list.append is atomic)
         super().run()
         cm = compiled_modules()
         if self.inplace or self.editable_mode:
