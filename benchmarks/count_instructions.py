@@ -57,11 +57,17 @@ def instructions(checkout: Path, trace: Path, runs: int) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("checkouts", nargs="*", type=Path, default=[ROOT])
-    ap.add_argument("--trace", default="synthetic_trace", help="a trace in ../shared/traces/mooncake")
+    ap.add_argument(
+        "--trace",
+        default="synthetic_trace",
+        help="a trace in ../shared/traces/mooncake, or a JSONL file's path",
+    )
     args = ap.parse_args()
     if shutil.which("valgrind") is None:
         sys.exit("valgrind is not installed")
-    trace = ROOT.parent / "shared" / "traces" / "mooncake" / f"{args.trace}.jsonl"
+    trace = Path(args.trace)
+    if not trace.is_file():
+        trace = ROOT.parent / "shared" / "traces" / "mooncake" / f"{args.trace}.jsonl"
     for checkout in args.checkouts:
         one = instructions(checkout.resolve(), trace, 1) - instructions(checkout.resolve(), trace, 0)
         print(f"{checkout}: {one / 1e6:,.0f} M instructions for one run of {args.trace}", flush=True)
