@@ -9,6 +9,7 @@ gpt-oss-120b at TP 2 (issue 13; gpu_replay/mxfp4_moe.py; benchmarks/device_mxfp4
    26 MB, under the L2), captured in one CUDA graph and replayed; time per layer = graph time /
    layers (median of ``--reps`` replays):
    ``mxfp4`` the Triton kernel on packed MXFP4 experts; ``bf16`` the same kernel on bf16 experts;
+   ``fp8`` the same kernel on e4m3 experts (1 byte a weight, upcast in registers);
    ``grouped`` the calibration's stand-in (``torch._grouped_mm`` with on-device offsets, as
    benchmarks/gpu_step_time.py's ``decode_graph_step``); ``routing`` the router, top-k and the
    alignment alone. The Triton variants take the fastest of ``CONFIGS`` per batch size.
@@ -82,10 +83,12 @@ def checks() -> list[dict]:
     out = []
     gen = torch.Generator(device="cuda").manual_seed(7)
     small = dict(experts=8, hidden=256, inter=96, top_k=2, t=5)
-    for name, mx in (("small-mxfp4-quantized", True), ("small-bf16", False)):
+    for name, mx in (("small-mxfp4-quantized", True), ("small-bf16", False), ("small-fp8", None)):
         e, h, i, k = small["experts"], small["hidden"], small["inter"], small["top_k"]
         w = random_weights(e, h, i, mxfp4=False, seed=1)
-        if mx:
+        if mx is None:
+            w = fp8(w)
+        elif mx:
             up_p, up_s = quantize(w.up.float())
             dn_p, dn_s = quantize(w.down.float())
             w = MoEWeights(w.router, up_packed=up_p, up_scales=up_s, down_packed=dn_p, down_scales=dn_s)
@@ -104,6 +107,11 @@ def _compare(name, x, w, k, e, moe_forward) -> dict:
     row = {"check": name, "rel_err_max": max(errs), "ok": max(errs) < 2e-2}
     print(f"check {name:24s} relative error {max(errs):.2e} {'ok' if row['ok'] else 'FAILED'}", flush=True)
     return row
+
+
+def fp8(w: MoEWeights) -> MoEWeights:
+    """The same layer with e4m3 expert weights (1 byte each; no scales)."""
+    return MoEWeights(w.router, up=w.up.to(torch.float8_e4m3fn), down=w.down.to(torch.float8_e4m3fn))
 
 
 def grouped_layer(x: torch.Tensor, w: MoEWeights) -> torch.Tensor:
@@ -127,26 +135,28 @@ def decode_rows(layers: int, reps: int) -> tuple[list[dict], dict]:
     from gpu_replay._mxfp4_kernel import moe_forward
 
     ws = {mx: [random_weights(EXPERTS, HIDDEN, INTER, mxfp4=mx, seed=10 + n) for n in range(layers)] for mx in (True, False)}
+    ws = {"mxfp4": ws[True], "bf16": ws[False], "fp8": [fp8(w) for w in ws[False]]}
     rows, grouped_ok = [], True
     for bs in BATCHES:
         x = torch.randn(bs, HIDDEN, device="cuda").to(BF16)
         row: dict = {"batch": bs}
-        for label, mx in (("mxfp4", True), ("bf16", False)):
+        for label in ws:
             best = None
             for cfg in CONFIGS:
-                t = _graph_time(lambda: [moe_forward(x, w, TOP_K, cfg, cfg, EXPERTS) for w in ws[mx]], reps) / layers
+                t = _graph_time(lambda: [moe_forward(x, w, TOP_K, cfg, cfg, EXPERTS) for w in ws[label]], reps) / layers
                 row[f"{label}_cfg_s"] = {**row.get(f"{label}_cfg_s", {}), str(cfg): t}
                 best = min(best or (t, cfg), (t, cfg))
             row[f"{label}_s"], row[f"{label}_cfg"] = best[0], list(best[1])
-        row["routing_s"] = _graph_time(lambda: [align(route(x, w.router, TOP_K)[1], EXPERTS, 16) for w in ws[True]], reps) / layers
+        row["routing_s"] = _graph_time(lambda: [align(route(x, w.router, TOP_K)[1], EXPERTS, 16) for w in ws["bf16"]], reps) / layers
         if grouped_ok:
             try:
-                row["grouped_s"] = _graph_time(lambda: [grouped_layer(x, w) for w in ws[False]], reps) / layers
+                row["grouped_s"] = _graph_time(lambda: [grouped_layer(x, w) for w in ws["bf16"]], reps) / layers
             except (RuntimeError, TypeError) as exc:
                 grouped_ok = False
                 row["grouped_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
         print(
             f"decode bs {bs:4d}: mxfp4 {row['mxfp4_s'] * 1e6:7.1f} us  bf16 {row['bf16_s'] * 1e6:7.1f} us  "
+            f"fp8 {row['fp8_s'] * 1e6:7.1f} us  "
             f"grouped {row.get('grouped_s', float('nan')) * 1e6:7.1f} us  routing {row['routing_s'] * 1e6:6.1f} us "
             f"(cfg {row['mxfp4_cfg']} / {row['bf16_cfg']})",
             flush=True,

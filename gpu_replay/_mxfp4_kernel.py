@@ -18,14 +18,16 @@ from gpu_replay.mxfp4_moe import MoEWeights, align, route, swiglu
 
 
 @triton.jit
-def _e2m1(code):
-    """float32 of E2M1 codes (int32, 0..15), from their bits: exponent e > 0 -> (1 + m/2) 2^(e-1),
-    e = 0 -> m/2 (the subnormal 0.5 or zero)."""
-    sign = (code >> 3) & 1
-    e = (code >> 1) & 3
-    m = code & 1
-    bits = tl.where(e > 0, ((e + 126) << 23) | (m << 22), m * (126 << 23))
-    return (bits | (sign << 31)).to(tl.float32, bitcast=True)
+def _dequant(code, sc, BK: tl.constexpr, BN: tl.constexpr, DT: tl.constexpr):
+    """``[BK/2, BN]`` values of E2M1 ``code`` (uint8, 0..15) times their group's E8M0 scale ``sc``
+    (``[BK/32, BN]``), in ``DT``. The code's 3 exponent-mantissa bits shifted into an e4m3 byte
+    (``(code & 7) << 2``, sign to bit 7) are the E2M1 value times 2^-6 exactly, zero and the 0.5
+    subnormal included, so the hardware e4m3 conversion does the decoding; the 2^6 goes into the
+    scale, a power of two built from its exponent bits."""
+    f8 = (((code & 8) << 4) | ((code & 7) << 2)).to(tl.float8e4nv, bitcast=True)
+    scale = ((sc.to(tl.int32) + 6) << 23).to(tl.float32, bitcast=True)
+    v = tl.reshape(f8.to(tl.float32), (BK // 32, 16, BN)) * scale[:, None, :]
+    return tl.reshape(v, (BK // 2, BN)).to(DT)
 
 
 @triton.jit
@@ -70,22 +72,26 @@ def moe_gemm(
     acc = tl.zeros((BM, BN), dtype=tl.float32)
     if MXFP4:
         j = tl.arange(0, BK // 2)
+        g = tl.arange(0, BK // 32)
         for k0 in range(0, K, BK):
             kk = k0 + 2 * j
             km = kk < K
             am = valid[:, None] & km[None, :]
             a_lo = tl.load(a_ptr + arow[:, None] * stride_am + kk[None, :], mask=am, other=0.0)
             a_hi = tl.load(a_ptr + arow[:, None] * stride_am + kk[None, :] + 1, mask=am, other=0.0)
-            wm = km[:, None] & nmask[None, :]
             wb = tl.load(
-                w_ptr + e * stride_we + (k0 // 2 + j)[:, None] * stride_wk + offs_n[None, :], mask=wm, other=0
-            ).to(tl.int32)
+                w_ptr + e * stride_we + (k0 // 2 + j)[:, None] * stride_wk + offs_n[None, :],
+                mask=km[:, None] & nmask[None, :],
+                other=0,
+            )
+            gm = (k0 + 32 * g) < K
             sc = tl.load(
-                s_ptr + e * stride_se + (kk // 32)[:, None] * stride_sk + offs_n[None, :], mask=wm, other=127
-            ).to(tl.int32)
-            scale = (sc << 23).to(tl.float32, bitcast=True)
-            w_lo = (_e2m1(wb & 15) * scale).to(a_lo.dtype)
-            w_hi = (_e2m1(wb >> 4) * scale).to(a_hi.dtype)
+                s_ptr + e * stride_se + (k0 // 32 + g)[:, None] * stride_sk + offs_n[None, :],
+                mask=gm[:, None] & nmask[None, :],
+                other=0,
+            )
+            w_lo = _dequant(wb & 15, sc, BK, BN, a_lo.dtype)
+            w_hi = _dequant(wb >> 4, sc, BK, BN, a_hi.dtype)
             acc += tl.dot(a_lo, w_lo)
             acc += tl.dot(a_hi, w_hi)
     else:
@@ -101,7 +107,7 @@ def moe_gemm(
                 mask=km[:, None] & nmask[None, :],
                 other=0.0,
             )
-            acc += tl.dot(a, w)
+            acc += tl.dot(a, w.to(a.dtype))  # bf16 as is; fp8 (e4m3) weights upcast in registers
     if MUL_WT:
         wt = tl.load(wt_ptr + pairs, mask=valid, other=0.0)
         acc = acc * wt[:, None]
@@ -123,7 +129,8 @@ def expert_gemm(
     cfg: tuple[int, int, int, int, int] = (16, 64, 128, 4, 3),
 ) -> torch.Tensor:
     """``out[pair] = a[row of pair] @ W[expert of pair]`` (times ``weights[pair]`` if given) for
-    every aligned pair; ``w`` packed ``[E, K/2, N]`` with ``scales`` (MXFP4) or bf16 ``[E, K, N]``.
+    every aligned pair; ``w`` packed ``[E, K/2, N]`` with ``scales`` (MXFP4), or bf16 or fp8
+    (e4m3, no scale: a per-channel one would be one multiply of the output) ``[E, K, N]``.
     ``cfg``: (BM, BN, BK, num_warps, num_stages)."""
     bm, bn, bk, warps, stages = cfg
     mx = scales is not None

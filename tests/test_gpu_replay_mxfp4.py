@@ -82,9 +82,12 @@ def test_align_matches_a_hand_loop(seed):
     assert rows.tolist() == want_rows and eid.tolist() == want_eid
 
 
-def _small(mxfp4: bool, seed: int = 1) -> MoEWeights:
+def _small(mxfp4: bool | None, seed: int = 1) -> MoEWeights:
+    """Small layer: MXFP4 (True), bf16 / float32 on CPU (False), or e4m3 experts (None)."""
     w = random_weights(8, 64, 96, mxfp4=False, device=DEV, seed=seed)
     router = w.router.to(DT)
+    if mxfp4 is None:
+        return MoEWeights(router, up=w.up.to(torch.float8_e4m3fn), down=w.down.to(torch.float8_e4m3fn))
     if not mxfp4:
         return MoEWeights(router, up=w.up.to(DT), down=w.down.to(DT))
     up_p, up_s = quantize(w.up.float())
@@ -92,8 +95,8 @@ def _small(mxfp4: bool, seed: int = 1) -> MoEWeights:
     return MoEWeights(router, up_packed=up_p, up_scales=up_s, down_packed=dn_p, down_scales=dn_s)
 
 
-@pytest.mark.parametrize("mxfp4", [True, False])
-@pytest.mark.parametrize("cfg", [(16, 32, 64, 4, 1), (16, 16, 32, 4, 1)])
+@pytest.mark.parametrize("mxfp4", [True, False, None])
+@pytest.mark.parametrize("cfg", [(16, 32, 64, 4, 1), (16, 16, 128, 4, 1)])
 def test_kernel_matches_reference(mxfp4, cfg):
     pytest.importorskip("triton")
     from gpu_replay._mxfp4_kernel import moe_forward
