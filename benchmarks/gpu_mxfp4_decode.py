@@ -28,6 +28,7 @@ import platform
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -41,7 +42,13 @@ from gpu_replay.mxfp4_moe import BF16, MoEWeights, align, moe_reference, quantiz
 HIDDEN, INTER, EXPERTS, TOP_K = 2880, 1440, 128, 4  # gpt-oss-120b, one rank of TP 2
 BATCHES = (1, 2, 4, 8, 10, 16, 32, 64, 128, 256)
 #: (BM, BN, BK, num_warps, num_stages)
-CONFIGS = ((16, 64, 128, 4, 3), (16, 128, 128, 4, 3), (16, 64, 256, 4, 3), (16, 128, 64, 4, 4), (16, 32, 256, 4, 3))
+CONFIGS = (
+    (16, 64, 128, 4, 3),
+    (16, 128, 128, 4, 3),
+    (16, 64, 256, 4, 3),
+    (16, 128, 64, 4, 4),
+    (16, 32, 256, 4, 3),
+)
 PROBE_TOKENS = (3584, 3840, 3968, 4032, 4064, 4096, 4128, 4160, 4224, 4352, 4608)
 
 
@@ -132,37 +139,58 @@ def grouped_layer(x: torch.Tensor, w: MoEWeights) -> torch.Tensor:
 
 def decode_rows(layers: int, reps: int) -> tuple[list[dict], dict]:
     """Per batch size: seconds per layer of each variant (and the config the Triton ones used)."""
-    from gpu_replay._mxfp4_kernel import moe_forward
-
-    ws = {mx: [random_weights(EXPERTS, HIDDEN, INTER, mxfp4=mx, seed=10 + n) for n in range(layers)] for mx in (True, False)}
+    ws = {
+        mx: [random_weights(EXPERTS, HIDDEN, INTER, mxfp4=mx, seed=10 + n) for n in range(layers)]
+        for mx in (True, False)
+    }
     ws = {"mxfp4": ws[True], "bf16": ws[False], "fp8": [fp8(w) for w in ws[False]]}
-    rows, grouped_ok = [], True
+    rows: list[dict] = []
     for bs in BATCHES:
-        x = torch.randn(bs, HIDDEN, device="cuda").to(BF16)
-        row: dict = {"batch": bs}
-        for label in ws:
-            best = None
-            for cfg in CONFIGS:
-                t = _graph_time(lambda: [moe_forward(x, w, TOP_K, cfg, cfg, EXPERTS) for w in ws[label]], reps) / layers
-                row[f"{label}_cfg_s"] = {**row.get(f"{label}_cfg_s", {}), str(cfg): t}
-                best = min(best or (t, cfg), (t, cfg))
-            row[f"{label}_s"], row[f"{label}_cfg"] = best[0], list(best[1])
-        row["routing_s"] = _graph_time(lambda: [align(route(x, w.router, TOP_K)[1], EXPERTS, 16) for w in ws["bf16"]], reps) / layers
-        if grouped_ok:
-            try:
-                row["grouped_s"] = _graph_time(lambda: [grouped_layer(x, w) for w in ws["bf16"]], reps) / layers
-            except (RuntimeError, TypeError) as exc:
-                grouped_ok = False
-                row["grouped_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+        grouped = not rows or "grouped_s" in rows[-1]  # stop after torch._grouped_mm first fails
+        row = _decode_row(torch.randn(bs, HIDDEN, device="cuda").to(BF16), ws, reps, grouped)
         print(
             f"decode bs {bs:4d}: mxfp4 {row['mxfp4_s'] * 1e6:7.1f} us  bf16 {row['bf16_s'] * 1e6:7.1f} us  "
-            f"fp8 {row['fp8_s'] * 1e6:7.1f} us  "
-            f"grouped {row.get('grouped_s', float('nan')) * 1e6:7.1f} us  routing {row['routing_s'] * 1e6:6.1f} us "
-            f"(cfg {row['mxfp4_cfg']} / {row['bf16_cfg']})",
+            f"fp8 {row['fp8_s'] * 1e6:7.1f} us  grouped {row.get('grouped_s', float('nan')) * 1e6:7.1f} us  "
+            f"routing {row['routing_s'] * 1e6:6.1f} us (cfg {row['mxfp4_cfg']} / {row['bf16_cfg']})",
             flush=True,
         )
         rows.append(row)
     return rows, {"layers": layers, "reps": reps, "configs": [list(c) for c in CONFIGS]}
+
+
+def _decode_row(x: torch.Tensor, ws: dict[str, list[MoEWeights]], reps: int, grouped: bool) -> dict:
+    """One batch size: each Triton variant at its fastest config, the routing alone, and (while
+    ``torch._grouped_mm`` works) the grouped stand-in; seconds per layer."""
+    from gpu_replay._mxfp4_kernel import moe_forward
+
+    layers = len(ws["bf16"])
+    row: dict = {"batch": x.shape[0]}
+    for label, lw in ws.items():
+        per_cfg = {}
+        for cfg in CONFIGS:
+            body = partial(_each, lw, lambda w, c=cfg: moe_forward(x, w, TOP_K, c, c, EXPERTS))
+            per_cfg[str(cfg)] = _graph_time(body, reps) / layers
+        best = min(CONFIGS, key=lambda c: per_cfg[str(c)])
+        row[f"{label}_cfg_s"], row[f"{label}_s"], row[f"{label}_cfg"] = (
+            per_cfg,
+            per_cfg[str(best)],
+            list(best),
+        )
+    body = partial(_each, ws["bf16"], lambda w: align(route(x, w.router, TOP_K)[1], EXPERTS, 16))
+    row["routing_s"] = _graph_time(body, reps) / layers
+    if grouped:
+        try:
+            row["grouped_s"] = (
+                _graph_time(partial(_each, ws["bf16"], partial(grouped_layer, x)), reps) / layers
+            )
+        except (RuntimeError, TypeError) as exc:
+            row["grouped_error"] = f"{type(exc).__name__}: {str(exc)[:160]}"
+    return row
+
+
+def _each(layers: list[MoEWeights], fn) -> list:
+    """``fn`` on every layer's weights (one graph replays them all)."""
+    return [fn(w) for w in layers]
 
 
 def prefill_probe(reps: int) -> list[dict]:
@@ -170,37 +198,43 @@ def prefill_probe(reps: int) -> list[dict]:
     w = random_weights(EXPERTS, HIDDEN, INTER, mxfp4=False, seed=99)
     out = []
     for t in PROBE_TOKENS:
-        x = torch.randn(t, HIDDEN, device="cuda").to(BF16)
-        st: dict = {}
-
-        def parts():
-            logits = x @ w.router
-            weights, experts = logits.float().softmax(-1).topk(TOP_K, dim=-1)
-            flat = experts.flatten()
-            order = flat.argsort()
-            token = order // TOP_K
-            offs = torch.bincount(flat, minlength=EXPERTS).cumsum(0).to(torch.int32)
-            xs = x.index_select(0, token)
-            st.update(order=order, token=token, offs=offs, xs=xs, weights=weights)
-
-        row = {"tokens": t, "route_s": _events_median(parts, reps)}
-        row["gather_s"] = _events_median(lambda: x.index_select(0, st["token"]), reps)
-        row["up_s"] = _events_median(lambda: torch._grouped_mm(st["xs"], w.up, offs=st["offs"]), reps)
-        h = torch._grouped_mm(st["xs"], w.up, offs=st["offs"])
-        row["act_s"] = _events_median(lambda: F.silu(h[:, :INTER]) * h[:, INTER:], reps)
-        g = F.silu(h[:, :INTER]) * h[:, INTER:]
-        row["down_s"] = _events_median(lambda: torch._grouped_mm(g, w.down, offs=st["offs"]), reps)
-        y = torch._grouped_mm(g, w.down, offs=st["offs"])
-
-        def scatter():
-            z = y * st["weights"].flatten()[st["order"]].to(BF16)[:, None]
-            return torch.zeros_like(x).index_add_(0, st["token"], z)
-
-        row["scatter_s"] = _events_median(scatter, reps)
-        row["max_rows_per_expert"] = int(torch.diff(st["offs"], prepend=st["offs"][:1] * 0).max())
-        print("probe " + "  ".join(f"{k} {v * 1e3:.3f}" if k.endswith("_s") else f"{k} {v}" for k, v in row.items()), flush=True)
+        row = _probe_row(torch.randn(t, HIDDEN, device="cuda").to(BF16), w, reps)
+        parts = (f"{k} {v * 1e3:.3f}" if k.endswith("_s") else f"{k} {v}" for k, v in row.items())
+        print("probe " + "  ".join(parts), flush=True)
         out.append(row)
     return out
+
+
+def _probe_row(x: torch.Tensor, w: MoEWeights, reps: int) -> dict:
+    """Milliseconds of each part of the stand-in's prefill MoE on ``x``."""
+    st: dict = {}
+
+    def parts():
+        logits = x @ w.router
+        weights, experts = logits.float().softmax(-1).topk(TOP_K, dim=-1)
+        flat = experts.flatten()
+        order = flat.argsort()
+        token = order // TOP_K
+        offs = torch.bincount(flat, minlength=EXPERTS).cumsum(0).to(torch.int32)
+        xs = x.index_select(0, token)
+        st.update(order=order, token=token, offs=offs, xs=xs, weights=weights)
+
+    row = {"tokens": x.shape[0], "route_s": _events_median(parts, reps)}
+    row["gather_s"] = _events_median(lambda: x.index_select(0, st["token"]), reps)
+    row["up_s"] = _events_median(lambda: torch._grouped_mm(st["xs"], w.up, offs=st["offs"]), reps)
+    h = torch._grouped_mm(st["xs"], w.up, offs=st["offs"])
+    row["act_s"] = _events_median(lambda: F.silu(h[:, :INTER]) * h[:, INTER:], reps)
+    g = F.silu(h[:, :INTER]) * h[:, INTER:]
+    row["down_s"] = _events_median(lambda: torch._grouped_mm(g, w.down, offs=st["offs"]), reps)
+    y = torch._grouped_mm(g, w.down, offs=st["offs"])
+
+    def scatter():
+        z = y * st["weights"].flatten()[st["order"]].to(BF16)[:, None]
+        return torch.zeros_like(x).index_add_(0, st["token"], z)
+
+    row["scatter_s"] = _events_median(scatter, reps)
+    row["max_rows_per_expert"] = int(torch.diff(st["offs"], prepend=st["offs"][:1] * 0).max())
+    return row
 
 
 def main() -> None:
