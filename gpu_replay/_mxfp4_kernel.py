@@ -52,6 +52,7 @@ def moe_gemm(
     A_PER_TOKEN: tl.constexpr,
     MUL_WT: tl.constexpr,
     MXFP4: tl.constexpr,
+    DOT_SCALED: tl.constexpr,
     BM: tl.constexpr,
     BN: tl.constexpr,
     BK: tl.constexpr,
@@ -70,7 +71,29 @@ def moe_gemm(
     offs_n = pid_n * BN + tl.arange(0, BN)
     nmask = offs_n < N
     acc = tl.zeros((BM, BN), dtype=tl.float32)
-    if MXFP4:
+    if MXFP4 and DOT_SCALED:
+        kf = tl.arange(0, BK)
+        j = tl.arange(0, BK // 2)
+        g = tl.arange(0, BK // 32)
+        for k0 in range(0, K, BK):
+            kk = k0 + kf
+            a = tl.load(
+                a_ptr + arow[:, None] * stride_am + kk[None, :],
+                mask=valid[:, None] & (kk < K)[None, :],
+                other=0.0,
+            )
+            wb = tl.load(
+                w_ptr + e * stride_we + (k0 // 2 + j)[:, None] * stride_wk + offs_n[None, :],
+                mask=((k0 + 2 * j) < K)[:, None] & nmask[None, :],
+                other=0,
+            )
+            sc = tl.load(  # [BN, BK/32], loaded in that shape (dot_scaled's rhs scale layout)
+                s_ptr + e * stride_se + (k0 // 32 + g)[None, :] * stride_sk + offs_n[:, None],
+                mask=nmask[:, None] & ((k0 + 32 * g) < K)[None, :],
+                other=0,
+            )
+            acc = tl.dot_scaled(a, None, "bf16", wb, sc, "e2m1", acc)
+    elif MXFP4:
         j = tl.arange(0, BK // 2)
         g = tl.arange(0, BK // 32)
         for k0 in range(0, K, BK):
@@ -127,11 +150,14 @@ def expert_gemm(
     a_per_token: bool,
     weights: torch.Tensor | None = None,
     cfg: tuple[int, int, int, int, int] = (16, 64, 128, 4, 3),
+    dot_scaled: bool = False,
 ) -> torch.Tensor:
     """``out[pair] = a[row of pair] @ W[expert of pair]`` (times ``weights[pair]`` if given) for
     every aligned pair; ``w`` packed ``[E, K/2, N]`` with ``scales`` (MXFP4), or bf16 or fp8
     (e4m3, no scale: a per-channel one would be one multiply of the output) ``[E, K, N]``.
-    ``cfg``: (BM, BN, BK, num_warps, num_stages)."""
+    ``cfg``: (BM, BN, BK, num_warps, num_stages). ``dot_scaled``: MXFP4 through Triton's own
+    ``tl.dot_scaled`` (bf16 x e2m1 with E8M0 scales; on Hopper the compiler upcasts), instead of
+    this module's e4m3-conversion upcast."""
     bm, bn, bk, warps, stages = cfg
     mx = scales is not None
     k = w.shape[1] * (2 if mx else 1)
@@ -158,6 +184,7 @@ def expert_gemm(
         A_PER_TOKEN=a_per_token,
         MUL_WT=weights is not None,
         MXFP4=mx,
+        DOT_SCALED=dot_scaled,
         BM=bm,
         BN=bn,
         BK=bk,
@@ -168,7 +195,13 @@ def expert_gemm(
 
 
 def moe_forward(
-    x: torch.Tensor, w: MoEWeights, top_k: int, cfg_up: tuple, cfg_down: tuple, experts: int
+    x: torch.Tensor,
+    w: MoEWeights,
+    top_k: int,
+    cfg_up: tuple,
+    cfg_down: tuple,
+    experts: int,
+    dot_scaled: bool = False,
 ) -> torch.Tensor:
     """The decode MoE of ``x`` ``[T, H]``: router, top-k, alignment (no host sync), up GEMM,
     SwiGLU, down GEMM times the routing weight, sum over the top-k, in ``x``'s dtype (bf16 on the
@@ -184,9 +217,12 @@ def moe_forward(
     else:
         up, up_s, down, down_s = w.up, None, w.down, None
     h = torch.empty(pairs, up.shape[2], device=x.device, dtype=x.dtype)
-    expert_gemm(x, up, up_s, rows, eid, h, top_k=top_k, a_per_token=True, cfg=cfg_up)
+    ds = dot_scaled and w.mxfp4
+    expert_gemm(x, up, up_s, rows, eid, h, top_k=top_k, a_per_token=True, cfg=cfg_up, dot_scaled=ds)
     g = swiglu(h)
     y = torch.empty(pairs, down.shape[2], device=x.device, dtype=x.dtype)
     wt = weights.reshape(-1).contiguous()
-    expert_gemm(g, down, down_s, rows, eid, y, top_k=top_k, a_per_token=False, weights=wt, cfg=cfg_down)
+    expert_gemm(
+        g, down, down_s, rows, eid, y, top_k=top_k, a_per_token=False, weights=wt, cfg=cfg_down, dot_scaled=ds
+    )
     return y.view(t, top_k, -1).sum(dim=1)

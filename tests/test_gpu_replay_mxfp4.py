@@ -95,17 +95,20 @@ def _small(mxfp4: bool | None, seed: int = 1) -> MoEWeights:
     return MoEWeights(router, up_packed=up_p, up_scales=up_s, down_packed=dn_p, down_scales=dn_s)
 
 
-@pytest.mark.parametrize("mxfp4", [True, False, None])
+@pytest.mark.parametrize("mxfp4", [True, False, None, "dot_scaled"])
 @pytest.mark.parametrize("cfg", [(16, 32, 64, 4, 1), (16, 16, 128, 4, 1)])
 def test_kernel_matches_reference(mxfp4, cfg):
     pytest.importorskip("triton")
     from gpu_replay._mxfp4_kernel import moe_forward
 
-    w = _small(mxfp4)
-    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(2)).to(DEV, DT)
+    ds = mxfp4 == "dot_scaled"
+    dt = torch.bfloat16 if ds else DT  # tl.dot_scaled takes bf16 activations, also on CPU
+    w = _small(True if ds else mxfp4)
+    w.router = w.router.to(dt)
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(2)).to(DEV, dt)
     ref = moe_reference(x, w, 2)
-    got = moe_forward(x, w, 2, cfg, cfg, 8).float()
-    assert float((got - ref).norm() / ref.norm()) < (2e-2 if DT == torch.bfloat16 else 1e-5)
+    got = moe_forward(x, w, 2, cfg, cfg, 8, dot_scaled=ds).float()
+    assert float((got - ref).norm() / ref.norm()) < (2e-2 if dt == torch.bfloat16 else 1e-5)
 
 
 def test_kernel_sees_a_wrong_scale():
