@@ -8,10 +8,11 @@ forms agree on the stand-in and part on MXFP4: ``moe_unhidden`` prices a small b
 bytes of the touched experts (it shrinks about 3.7-fold), the ``tiles`` forms by each touched
 expert's row tile of compute (it barely shrinks). :func:`form_scores` puts each profile's
 predicted ratio (MoE price with the preset's bytes over the price with 2 bytes a parameter) beside
-the measured ratio (the MXFP4 kernel's layer over the stand-in's layer, the routing both share
-subtracted), per batch size. :func:`effective_bytes` is the fitted coefficient: the bytes a
-parameter at which the bytes form reproduces the measured ratio (2 x the median ratio), for the
-MXFP4 kernel and for the e4m3 (fp8) one; a profile's ``model.expert_bytes_per_param`` carries it.
+the measured ratio (Triton's own MXFP4 path, ``tl.dot_scaled``, over the same kernel on bf16
+experts, the routing both share subtracted), per batch size. :func:`effective_bytes` is the fitted
+coefficient: the bytes a parameter at which the bytes form reproduces the measured ratio (2 x the
+median ratio), for MXFP4 and for e4m3 (fp8) experts; a profile's ``model.expert_bytes_per_param``
+carries it.
 
 **Prefill at 4,096 tokens.** :func:`prefill_cliff` interpolates the stand-in's measured MoE layer
 (steps.json, median of the repeats) between 3,840 and 4,352 new tokens, and reports what 4,096 takes
@@ -31,7 +32,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "gpu_replay" / "results"
-RUN = RESULTS / "mxfp4-2026-11-27-h200-run2"
+RUN = RESULTS / "mxfp4-2026-11-27-h200-run3"
 STEPS = RESULTS / "steps-2026-11-27-s8-h200"
 PROFILES = ROOT / "gpu_replay" / "profiles"
 #: profiles compared (name, GPU preset): the step forms each machine's rule chose
@@ -48,28 +49,37 @@ def _rows(run: Path = RUN) -> list[dict]:
     return json.loads((run / "mxfp4_decode.json").read_text())["decode"]
 
 
+VARIANTS = ("mxfp4_ds", "mxfp4", "fp8")  # Triton's tl.dot_scaled MXFP4, this module's, e4m3
+#: the kernel whose ratio stands for each format: MXFP4 through Triton's own upcast (what SGLang's
+#: triton_kernels builds on), FP8 through the hardware e4m3 conversion
+FORMAT_KERNEL = {"mxfp4": "mxfp4_ds", "fp8": "fp8"}
+
+
 def measured_ratios(rows: list[dict]) -> list[dict]:
-    """Per batch size: each variant's layer over the stand-in's, the routing subtracted from both
-    (``vs_grouped``), and the Triton MXFP4 / fp8 kernels over the same kernel on bf16."""
+    """Per batch size, the routing subtracted from every layer: each variant over the same
+    Triton kernel on bf16 experts (``<v>_vs_bf16``: the data format alone), and each over the
+    calibration's stand-in (``<v>_vs_grouped``: ``torch._grouped_mm``, what the fits saw)."""
     out = []
     for r in rows:
         rt = r["routing_s"]
         row = {"batch": r["batch"]}
-        for v in ("mxfp4", "fp8", "bf16"):
-            row[f"{v}_vs_grouped"] = (r[f"{v}_s"] - rt) / (r["grouped_s"] - rt)
-        for v in ("mxfp4", "fp8"):
-            row[f"{v}_vs_bf16"] = (r[f"{v}_s"] - rt) / (r["bf16_s"] - rt)
+        for v in (*VARIANTS, "bf16"):
+            if f"{v}_s" in r:
+                row[f"{v}_vs_grouped"] = (r[f"{v}_s"] - rt) / (r["grouped_s"] - rt)
+        for v in VARIANTS:
+            if f"{v}_s" in r:
+                row[f"{v}_vs_bf16"] = (r[f"{v}_s"] - rt) / (r["bf16_s"] - rt)
         out.append(row)
     return out
 
 
 def effective_bytes(rows: list[dict]) -> dict[str, float]:
-    """Bytes a parameter at which the bytes form reproduces each kernel's measured decode ratio
-    to the stand-in: 2 x the median over batch sizes of ``<variant>_vs_grouped``."""
+    """Bytes a parameter at which the bytes form reproduces each format's measured decode ratio:
+    2 x the median over batch sizes of its kernel's ratio to the same kernel on bf16 experts."""
     ratios = measured_ratios(rows)
     return {
-        v: round(STANDIN_BPP * statistics.median(r[f"{v}_vs_grouped"] for r in ratios), 3)
-        for v in ("mxfp4", "fp8")
+        fmt: round(STANDIN_BPP * statistics.median(r[f"{k}_vs_bf16"] for r in ratios), 3)
+        for fmt, k in FORMAT_KERNEL.items()
     }
 
 
@@ -93,9 +103,9 @@ def predicted_ratio(profile: str, gpu: str, batch: int, bpp: float | None = None
 
 
 def form_scores(rows: list[dict]) -> dict:
-    """Per profile (its form): predicted MXFP4 / stand-in ratio per batch size beside the
-    measured ``mxfp4_vs_grouped``, and the median |predicted / measured - 1| in %."""
-    meas = {r["batch"]: r["mxfp4_vs_grouped"] for r in measured_ratios(rows)}
+    """Per profile (its form): predicted MXFP4 / bf16 ratio per batch size beside the measured
+    ``mxfp4_ds_vs_bf16``, and the median |predicted / measured - 1| in %."""
+    meas = {r["batch"]: r["mxfp4_ds_vs_bf16"] for r in measured_ratios(rows)}
     out = {}
     for name, gpu in FORM_PROFILES:
         pred = {b: predicted_ratio(name, gpu, b) for b in meas}
@@ -194,10 +204,10 @@ def option_profiles(eff: dict[str, float]) -> dict[str, dict]:
         prov["notes"] = (
             f"{base}'s coefficients (bytes form, moe_unhidden) with model.expert_bytes_per_param = "
             f"{eff[kernel]}: the bytes a parameter at which that form prices the decode MoE of the "
-            f"{kernel} Triton kernel of benchmarks/gpu_mxfp4_decode.py (one H200, "
-            f"{RUN.name}) as measured against the bf16 stand-in (2 x the median ratio over batch "
-            "sizes 1-256, routing subtracted). The kernel is kvplan's, not SGLang's triton_kernels; "
-            f"see gpu_replay/mxfp4_fit.py. {base}'s notes: " + prov["notes"]
+            f"{FORMAT_KERNEL[kernel]} Triton kernel of benchmarks/gpu_mxfp4_decode.py (one H200, "
+            f"{RUN.name}) as measured against the same kernel on bf16 experts (2 x the median ratio "
+            "over batch sizes 1-256, routing subtracted). The kernels are kvplan's Triton ones, not "
+            f"SGLang's triton_kernels; see gpu_replay/mxfp4_fit.py. {base}'s notes: " + prov["notes"]
         )
         validate_profile(prof, origin=name)
         out[name] = prof
