@@ -33,6 +33,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "gpu_replay" / "results"
 RUN = RESULTS / "mxfp4-2026-11-27-h200-run3"
+#: the decode runs by machine (one call each; the H200's third run is the first with tl.dot_scaled)
+MACHINE_RUNS = {"H200": RUN, "H100": RESULTS / "mxfp4-2026-11-27-h100"}
+REPORT = RESULTS / "mxfp4-2026-11-27-fit.json"
 STEPS = RESULTS / "steps-2026-11-27-s8-h200"
 PROFILES = ROOT / "gpu_replay" / "profiles"
 #: profiles compared (name, GPU preset): the step forms each machine's rule chose
@@ -183,18 +186,19 @@ def probe_cliff(run: Path = RUN) -> dict:
 #: effective bytes it carries). Session five's pair is the bytes form (moe_unhidden), the one
 #: whose price follows ``expert_bytes_per_param``; gpt-oss's experts are MXFP4, MiMo's FP8.
 OPTIONS = (
-    ("h100-gpt-oss-120b-tp2-fitted-mxfp4-measured", "h100-gpt-oss-120b-tp2-fitted", "mxfp4"),
-    ("transferred-mimo-v2-flash-tp4-fp8-measured", "transferred-mimo-v2-flash-tp4", "fp8"),
+    ("h100-gpt-oss-120b-tp2-fitted-mxfp4-measured", "h100-gpt-oss-120b-tp2-fitted", "mxfp4", "H100"),
+    ("transferred-mimo-v2-flash-tp4-fp8-measured", "transferred-mimo-v2-flash-tp4", "fp8", "H200"),
 )
 
 
-def option_profiles(eff: dict[str, float]) -> dict[str, dict]:
+def option_profiles(effective: dict[str, dict[str, float]]) -> dict[str, dict]:
     """Session five's profiles with ``model.expert_bytes_per_param`` set to the measured
     effective bytes of the matching kernel (``kvplan run --profile`` reads the model section)."""
     from simulator.cost.profile import validate_profile
 
     out = {}
-    for name, base, kernel in OPTIONS:
+    for name, base, kernel, gpu in OPTIONS:  # the GPU its runs use (gsm8k gpt-oss H100, seed 000 H200)
+        eff = effective[gpu]
         prof = json.loads((PROFILES / f"{base}.json").read_text())
         prof["name"] = name
         prof["description"] = f"{base} with the measured {kernel} expert bytes (issue 13)."
@@ -204,9 +208,9 @@ def option_profiles(eff: dict[str, float]) -> dict[str, dict]:
         prov["notes"] = (
             f"{base}'s coefficients (bytes form, moe_unhidden) with model.expert_bytes_per_param = "
             f"{eff[kernel]}: the bytes a parameter at which that form prices the decode MoE of the "
-            f"{FORMAT_KERNEL[kernel]} Triton kernel of benchmarks/gpu_mxfp4_decode.py (one H200, "
-            f"{RUN.name}) as measured against the same kernel on bf16 experts (2 x the median ratio "
-            "over batch sizes 1-256, routing subtracted). The kernels are kvplan's Triton ones, not "
+            f"{FORMAT_KERNEL[kernel]} Triton kernel of benchmarks/gpu_mxfp4_decode.py (one {gpu}, "
+            f"{MACHINE_RUNS[gpu].name}) as measured against the same kernel on bf16 experts (2 x the "
+            "median ratio over batch sizes 1-256, routing subtracted). The kernels are kvplan's Triton ones, not "
             f"SGLang's triton_kernels; see gpu_replay/mxfp4_fit.py. {base}'s notes: " + prov["notes"]
         )
         validate_profile(prof, origin=name)
@@ -215,14 +219,18 @@ def option_profiles(eff: dict[str, float]) -> dict[str, dict]:
 
 
 def report() -> dict:
-    rows = _rows()
-    return {
-        "measured": [{k: round(v, 3) for k, v in r.items()} for r in measured_ratios(rows)],
-        "effective_bytes_per_param": effective_bytes(rows),
-        "forms": form_scores(rows),
-        "prefill_4096": {run: prefill_cliff(RESULTS / run) for run in STEP_RUNS},
-        "probe_4096": probe_cliff(),
-    }
+    out: dict = {"machines": {}}
+    for gpu, run in MACHINE_RUNS.items():
+        rows = _rows(run)
+        out["machines"][gpu] = {
+            "run": run.name,
+            "measured": [{k: round(v, 3) for k, v in r.items()} for r in measured_ratios(rows)],
+            "effective_bytes_per_param": effective_bytes(rows),
+            "forms": form_scores(rows),
+            "probe_4096": probe_cliff(run),
+        }
+    out["prefill_4096"] = {run: prefill_cliff(RESULTS / run) for run in STEP_RUNS}
+    return out
 
 
 def main() -> None:
@@ -231,29 +239,29 @@ def main() -> None:
     ap.add_argument("--write-profiles", action="store_true", help="also write the option profiles")
     a = ap.parse_args()
     rep = json.loads(json.dumps(report()))  # int keys as JSON writes them
-    path = RUN / "mxfp4_fit.json"
-    for name, prof in option_profiles(rep["effective_bytes_per_param"]).items():
+    effective = {gpu: m["effective_bytes_per_param"] for gpu, m in rep["machines"].items()}
+    for name, prof in option_profiles(effective).items():
         ppath = PROFILES / f"{name}.json"
         if a.check and json.loads(ppath.read_text()) != prof:
             sys.exit(f"stale: {ppath.relative_to(ROOT)} (rerun with --write-profiles)")
         if a.write_profiles:
             ppath.write_text(json.dumps(prof, indent=2) + "\n")
             print(ppath.relative_to(ROOT), "written")
-    for r in rep["measured"]:
-        print("  ".join(f"{k} {v}" for k, v in r.items()))
-    for name, f in rep["forms"].items():
-        print(f"{name} ({f['form']}): median |pred/meas - 1| {f['median_abs_pct']}%  {f['predicted']}")
-    print("effective bytes/param", rep["effective_bytes_per_param"])
+    for gpu, m in rep["machines"].items():
+        for r in m["measured"]:
+            print(gpu, "  ".join(f"{k} {v}" for k, v in r.items()))
+        for name, f in m["forms"].items():
+            print(gpu, f"{name} ({f['form']}): median |pred/meas - 1| {f['median_abs_pct']}%")
+        print(gpu, "effective bytes/param", m["effective_bytes_per_param"], "probe", m["probe_4096"])
     for run, c in rep["prefill_4096"].items():
         print("prefill 4096", run, c)
-    print("probe", rep["probe_4096"])
     if a.check:
-        if json.loads(path.read_text()) != rep:
-            sys.exit(f"stale: {path.relative_to(ROOT)} (rerun without --check)")
-        print(path.relative_to(ROOT), "checked")
+        if json.loads(REPORT.read_text()) != rep:
+            sys.exit(f"stale: {REPORT.relative_to(ROOT)} (rerun without --check)")
+        print(REPORT.relative_to(ROOT), "checked")
     else:
-        path.write_text(json.dumps(rep, indent=1) + "\n")
-        print(path.relative_to(ROOT), "written")
+        REPORT.write_text(json.dumps(rep, indent=1) + "\n")
+        print(REPORT.relative_to(ROOT), "written")
 
 
 if __name__ == "__main__":
