@@ -210,8 +210,9 @@ def option_profiles(effective: dict[str, dict[str, float]]) -> dict[str, dict]:
             f"{eff[kernel]}: the bytes a parameter at which that form prices the decode MoE of the "
             f"{FORMAT_KERNEL[kernel]} Triton kernel of benchmarks/gpu_mxfp4_decode.py (one {gpu}, "
             f"{MACHINE_RUNS[gpu].name}) as measured against the same kernel on bf16 experts (2 x the "
-            "median ratio over batch sizes 1-256, routing subtracted). The kernels are kvplan's Triton ones, not "
-            f"SGLang's triton_kernels; see gpu_replay/mxfp4_fit.py. {base}'s notes: " + prov["notes"]
+            "median ratio over batch sizes 1-256, routing subtracted). The kernels are kvplan's Triton "
+            f"ones, not SGLang's triton_kernels; see gpu_replay/mxfp4_fit.py. {base}'s notes: "
+            + prov["notes"]
         )
         validate_profile(prof, origin=name)
         out[name] = prof
