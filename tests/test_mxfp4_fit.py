@@ -112,3 +112,71 @@ def test_the_probe_puts_the_cliff_in_the_grouped_gemms(rep, gpu):
     g = {int(t): v for t, v in rep["machines"][gpu]["probe_4096"]["gemms_ms"].items()}
     assert max(g, key=g.get) == 4096
     assert g[4128] < g[3840] < g[4096]
+
+
+def _section(doc: str, title: str) -> str:
+    text = (mf.ROOT / "docs" / doc).read_text()
+    start = text.index(title)
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+def _span(values) -> str:
+    return f"{min(values):.2f}-{max(values):.2f}x"
+
+
+def test_gpu_replay_doc_numbers_are_the_results(rep):
+    """Every ratio, score and time in docs/gpu-replay.md's session-8 MXFP4 and cliff parts."""
+    doc = _section("gpu-replay.md", "## Session 8 (helper gpu13")
+    m = rep["machines"]
+    for gpu, kernels in (("H200", ("mxfp4_ds", "mxfp4", "fp8")), ("H100", ("mxfp4_ds", "fp8"))):
+        for k in kernels:
+            raw = mf.measured_ratios(mf._rows(mf.MACHINE_RUNS[gpu]))  # unrounded
+            assert _span([r[f"{k}_vs_bf16"] for r in raw]) in doc, (gpu, k)
+        for f in m[gpu]["forms"].values():
+            assert f"{f['median_abs_pct']}%" in doc
+        for fmt, v in m[gpu]["effective_bytes_per_param"].items():
+            assert f"**{v:.2f}**" in doc or f"{v:.3f}" in doc, (gpu, fmt)
+    keys = ("mxfp4_ds_s", "mxfp4_s", "fp8_s", "bf16_s", "grouped_s", "routing_s")
+    for b in (1, 10, 64, 256):
+        cells = []
+        for gpu in ("H200", "H100"):
+            row = next(
+                r
+                for r in json.loads((mf.MACHINE_RUNS[gpu] / "mxfp4_decode.json").read_text())["decode"]
+                if r["batch"] == b
+            )
+            cells.append(" / ".join(f"{row[k] * 1e6:,.0f}" for k in keys))
+        assert f"| {b} | {cells[0]} | {cells[1]} |" in doc
+    for run in ("run1", "run2"):
+        rows = json.loads((mf.RESULTS / f"mxfp4-2026-11-27-h200-{run}" / "mxfp4_decode.json").read_text())
+        ratios = [(r["mxfp4_s"] - r["routing_s"]) / (r["bf16_s"] - r["routing_s"]) for r in rows["decode"]]
+        assert f"{min(ratios):.2f}-{max(ratios):.2f}x" in doc
+    for run, c in rep["prefill_4096"].items():
+        a, b = c["heldout_4096"]["4096+0"], c["heldout_4096"]["4096+4096"]
+        cells = f"{a['scored_pct']:.2f}% / {a['without_cliff_pct']:.2f}% | {b['scored_pct']:.2f}% / "
+        assert f"{run} (`{c['chosen']}`) | {cells}{b['without_cliff_pct']:.2f}% |" in doc
+
+
+def test_validation_doc_numbers_are_the_runs(rep):
+    doc = _section("validation.md", "## Seed 000 and gsm8k with measured expert bytes")
+    out = mf.RESULTS / "predictions-2026-11-27-measured-bytes"
+
+    def run(name: str) -> dict:
+        return json.loads((out / f"{name}-profile.json").read_text())
+
+    for name in ("seed000-before", "seed000-after"):
+        assert f"**{run(name)['latency']['mean']:.2f} s**" in doc
+    for name in ("gsm8k-gptoss", "gsm8k-mimo"):
+        assert f"**{run(name)['duration_s']:.1f} s**" in doc
+    steps = (out / "decode_steps.txt").read_text()
+    for line in steps.splitlines():
+        if "measured-bytes" in line:
+            total, moe = (
+                line.split("preset bytes")[1].split("ms (MoE")[0].strip(),
+                line.split("MoE")[1].split(")")[0],
+            )
+            assert f"{total} ms (MoE {moe.strip()} ms" in doc
+    for gpu, m in rep["machines"].items():
+        for v in m["effective_bytes_per_param"].values():
+            assert f"{v}" in doc, (gpu, v)
