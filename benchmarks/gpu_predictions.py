@@ -37,6 +37,11 @@ PROFILE_SETS = {
         "h100-gpt-oss-120b-tp2-fitted-mxfp4-measured",
         "transferred-mimo-v2-flash-tp4-fp8-measured",
     ),
+    # the same with the all-reduce latency of a CUDA graph replay (gpu_replay/graph_allreduce.py)
+    "measured-bytes-graph-ar": (
+        "h100-gpt-oss-120b-tp2-fitted-mxfp4-measured-graph-ar",
+        "transferred-mimo-v2-flash-tp4-fp8-measured-graph-ar",
+    ),
 }
 GPTOSS, MIMO = "gpt-oss", "mimo"
 RUNS: dict[str, tuple[list[str], str]] = {
