@@ -10,7 +10,7 @@ median over decode batches 1-64 of the graph time less the profile's bytes term 
 with that latency (4 GPUs, MiMo's hidden 4,096; 2 GPUs, gpt-oss's 2,880). The cost model has one
 all-reduce latency for prefill and decode, so these options also price prefill's all-reduces at
 the graph latency (SGLang runs prefill eagerly): an underestimate of at most 2 x layers x (eager -
-graph) a prefill step, 5.5 ms for MiMo's 48 layers.
+graph) a prefill step, 5.7 ms for MiMo's 48 layers.
 
     python -m gpu_replay.graph_allreduce [--write-profiles] [--check]
 """

@@ -49,3 +49,21 @@ def test_options_are_what_the_code_makes_and_cheapen_decode():
         layers = CostModel.from_presets(m, get_gpu(gpu), tp).geometry.num_layers
         saved = 2 * layers * (old["coefficients"]["allreduce_latency_s"] - lat)
         assert old_t - new_t == pytest.approx(saved, rel=1e-9)
+
+
+def test_doc_numbers_are_the_fit_and_the_runs():
+    text = (ga.ROOT / "docs" / "gpu-replay.md").read_text()
+    doc = text[text.index("### The decode all-reduce inside a CUDA graph") :]
+    for gpus, hidden, bus in ((4, 4096, 348.2), (2, 2880, 288.3)):
+        assert f"**{ga.graph_latency(gpus, hidden, bus) * 1e6:.2f} us**" in doc
+        assert f"{ga.graph_latency(gpus, hidden, bus, 'eager_barrier_s') * 1e6:.2f}" in doc
+    val = (ga.ROOT / "docs" / "validation.md").read_text()
+    val = val[val.index("**With the decode all-reduce of a CUDA graph**") :]
+    out = ga.ROOT / "gpu_replay" / "results" / "predictions-2026-11-27-measured-bytes-graph-ar"
+    for name in ("seed000-before", "seed000-after"):
+        assert f"**{json.loads((out / f'{name}-profile.json').read_text())['latency']['mean']:.2f} s**" in val
+    for name in ("gsm8k-gptoss", "gsm8k-mimo"):
+        assert f"**{json.loads((out / f'{name}-profile.json').read_text())['duration_s']:.1f} s**" in val
+    for line in (out / "decode_steps.txt").read_text().splitlines():
+        if "graph-ar" in line:
+            assert line.split("preset bytes")[1].split("(MoE")[0].strip() in val
