@@ -32,6 +32,16 @@ GSM8K = "run --format mooncake --block-size 64 --no-progress".split()
 PROFILE_SETS = {
     "2026-11-27": ("h100-gpt-oss-120b-tp2-fitted-2026-11-27", "transferred-mimo-v2-flash-tp4-2026-11-27"),
     "2026-11-26": ("h100-gpt-oss-120b-tp2-fitted", "transferred-mimo-v2-flash-tp4"),
+    # session five's pair with the measured effective expert bytes (gpu_replay/mxfp4_fit.py)
+    "measured-bytes": (
+        "h100-gpt-oss-120b-tp2-fitted-mxfp4-measured",
+        "transferred-mimo-v2-flash-tp4-fp8-measured",
+    ),
+    # the same with the all-reduce latency of a CUDA graph replay (gpu_replay/graph_allreduce.py)
+    "measured-bytes-graph-ar": (
+        "h100-gpt-oss-120b-tp2-fitted-mxfp4-measured-graph-ar",
+        "transferred-mimo-v2-flash-tp4-fp8-measured-graph-ar",
+    ),
 }
 GPTOSS, MIMO = "gpt-oss", "mimo"
 RUNS: dict[str, tuple[list[str], str]] = {
@@ -102,7 +112,8 @@ def step_table() -> None:
             prof = load_profile(path) if path else {"version": 1, "coefficients": {}}
             cells = []
             for model_keys in ({}, {"expert_bytes_per_param": 2.0}):
-                cm = CostModel.from_presets(m, g, tp, {**prof, "model": model_keys})
+                keys = {**prof.get("model", {}), **model_keys}  # a profile's own bytes, if it sets them
+                cm = CostModel.from_presets(m, g, tp, {**prof, "model": keys})
                 swa = bs * min(ctx, (cm.geometry.sliding_window or ctx) + 1)
                 br = cm.decode_breakdown(bs, bs * ctx, swa)
                 cells.append(f"{sum(br.values()) * 1e3:6.2f} ms (MoE {br['moe'] * 1e3:5.2f})")
