@@ -14,6 +14,7 @@ the cache is reached only through the controller protocol (``simulator.radix.pro
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -25,8 +26,6 @@ from simulator.engine.admission import PrefillAdder, calc_priority
 from simulator.engine.config import SimConfig
 from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
-from simulator.engine.hicache_admission import HiCachePrefillAdder
-from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps
 from simulator.engine.intake import IntakeMixin, client_sampling
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
@@ -47,6 +46,9 @@ from simulator.engine.waiting_queue import WaitingQueue
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
 from simulator.sglang_bugs import PoolLeakError
+
+if TYPE_CHECKING:  # HiCache's modules load with a run that has it (start-up time, issue 14)
+    from simulator.engine.hicache_steps import HiCacheSetup
 
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
@@ -330,6 +332,8 @@ class ServerCore:
                 running=self.running,
                 new_token_ratio=self.ratio.current,
             )
+        from simulator.engine.hicache_admission import HiCachePrefillAdder
+
         return HiCachePrefillAdder(
             self.cache,
             steps=hicache,
@@ -619,7 +623,11 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
         self.window = pools.window
         order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
         # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
-        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
+        self.hicache = None
+        if hicache is not None:
+            from simulator.engine.hicache_steps import HiCacheSteps
+
+            self.hicache = HiCacheSteps.build(hicache, pools, order)
         tombstone = TOMBSTONING.create(cfg.tombstone)
         sizes = (pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window)
         self.cache = (
