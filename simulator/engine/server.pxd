@@ -54,7 +54,7 @@ cdef class ServerCore:
 
     # cpdef: a C call from the loop (still overridable from Python, as the tests' patches do)
     @cython.locals(req=Req, stated=cython.bint)
-    cpdef submit(self, sim)
+    cpdef submit(self, SimRequest sim)
     cpdef expect_arrival(self, t)
     cpdef _check(self)
     @cython.locals(sim=SimRequest)
