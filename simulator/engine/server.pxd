@@ -4,7 +4,7 @@
 # class: its mixins are plain classes) derives from it, so the mixins reach the same attributes
 # through their descriptors. Counters stay Python objects (a jump may add a numpy integer).
 cimport cython
-from simulator.engine.admission cimport PrefillAdder, PrefillBatch
+from simulator.engine.admission cimport PrefillAdder, PrefillBatch, new_prefill_adder
 from simulator.engine.request cimport SimRequest
 # ServerReq under another name: server.py re-exports the Python name (a cimported one is no attribute)
 from simulator.engine.server_state cimport ServerReq as Req, init_req_max_new_tokens, server_req

@@ -22,7 +22,7 @@ import simpy
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import make_swa_eviction
 from policies.tombstone import TOMBSTONING
-from simulator.engine.admission import PrefillAdder, calc_priority
+from simulator.engine.admission import PrefillAdder, calc_priority, new_prefill_adder
 from simulator.engine.config import SimConfig
 from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
@@ -324,13 +324,13 @@ class ServerCore:
         """This round's ``PrefillAdder`` (HiCache's when it runs)."""
         cfg, pools, hicache = self.cfg, self.pools, self.hicache
         if hicache is None:
-            return PrefillAdder(
+            return new_prefill_adder(
                 self.cache,
-                max_running=max_running,
-                chunked_prefill_size=pools.chunked_prefill_size,
-                max_prefill_tokens=cfg.max_prefill_tokens,
-                running=self.running,
-                new_token_ratio=self.ratio.current,
+                max_running,
+                pools.chunked_prefill_size,
+                cfg.max_prefill_tokens,
+                self.running,
+                self.ratio.current,
             )
         from simulator.engine.hicache_admission import HiCachePrefillAdder
 
