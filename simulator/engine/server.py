@@ -24,7 +24,7 @@ from policies.swa_eviction import make_swa_eviction
 from policies.tombstone import TOMBSTONING
 from simulator.engine.admission import PrefillAdder, calc_priority, new_prefill_adder
 from simulator.engine.config import SimConfig
-from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
+from simulator.engine.failures import out_of_memory_reason, reject_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
 from simulator.engine.intake import IntakeMixin, client_sampling
 from simulator.engine.observer import PoolCapacity, ServerObserver
@@ -41,11 +41,11 @@ from simulator.engine.server_state import (
     init_req_max_new_tokens,
     server_req,
 )
+from simulator.engine.shortage import ShortageMixin
 from simulator.engine.step_costs import StepCosts
 from simulator.engine.waiting_queue import WaitingQueue
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
-from simulator.sglang_bugs import PoolLeakError
 
 if TYPE_CHECKING:  # HiCache's modules load with a run that has it (start-up time, issue 14)
     from simulator.engine.hicache_steps import HiCacheSetup
@@ -125,11 +125,6 @@ class ServerCore:
             tree=cache.tree_stats(),
         )
 
-    def memory_summary(self) -> str:
-        """Free tokens per pool, for a stuck run's message."""
-        full, swa = self.cache.available_tokens()
-        return f"full available {full}, SWA available {swa}"
-
     def _check(self) -> None:
         if self.cfg.check_invariants:
             live = [r for r in self.running if r.holds_kv]
@@ -205,22 +200,6 @@ class ServerCore:
         env._now = t
         return True
 
-    def _await_transfer(self):
-        """Nothing runs until a HiCache ack frees room: wait for it or for an arrival."""
-        self._wakeup = self.env.event()
-        yield self._wakeup | self.env.timeout(self.hicache.next_completion() - self.env.now)
-        self._wakeup = None
-
-    def _on_idle(self) -> None:
-        """``Scheduler.on_idle`` when ``is_fully_idle`` (managers/scheduler.py): first the pool
-        leak check (``invariant_checker._check_all_pools``; SGLang raises ValueError on a leak,
-        before the reset), then the new-token ratio goes back to its initial value
-        (``new_token_ratio_tracker.reset``)."""
-        leak = self.cache.idle_leak()
-        if leak is not None:
-            raise PoolLeakError(leak)
-        self.ratio.reset()
-
     # ------------------------------------------------------------------ completion
     def _complete(
         self,
@@ -262,27 +241,6 @@ class ServerCore:
     def _abort(self, req: ServerReq, detail: str) -> None:
         """Out of memory even after eviction (and retraction): the request is aborted."""
         self._complete(req, self.env.now, out_of_memory_reason(detail))
-
-    def _abort_unservable(self) -> None:
-        """Nothing runs and the head of the queue can never be admitted: abort it, saying which
-        admission condition fails on an idle server."""
-        if self.chunked is not None:
-            req, self.chunked = self.chunked, None
-        else:
-            req = self.waiting.popleft()
-        why = unservable_reason(req, self.cache, self.pools, self.cfg.max_prefill_tokens)
-        self._complete(req, self.env.now, why)
-
-    def _reject(self, req: ServerReq, reason: str) -> None:
-        """Refused on arrival, before the queue (``TokenizerManager._validate_one_request``):
-        never scheduled, holds no cache; its finish time is its arrival time."""
-        sim = req.sim
-        sim.rejected = True
-        sim.abort_reason = reason
-        sim.finish_s = self.env.now
-        self.completed += 1
-        self.obs.on_finish(sim)
-        req.done.succeed(sim)
 
     # ------------------------------------------------------------------ admission
     def _get_new_batch_prefill(self) -> list[ServerReq]:
@@ -458,46 +416,6 @@ class ServerCore:
             self._req_left = True
 
     # ------------------------------------------------------------------ decode
-    def _retract(self) -> None:
-        """``ScheduleBatch.retract_decode``: drop the fewest-output, longest-input requests."""
-        order = sorted(
-            range(len(self.running)),
-            key=lambda i: (self.running[i].num_outputs, -self.running[i].prompt_len),
-            reverse=True,
-        )
-        retracted: list[ServerReq] = []
-        first = True
-        while first or not self.cache.check_decode_mem([self.running[i] for i in order]):
-            if len(order) == 1:
-                break
-            first = False
-            idx = order.pop()
-            req = self.running[idx]
-            self.cache.retract(req, len(order))
-            req.retractions += 1
-            req.gen += 1  # in-flight results of it are void
-            retracted.append(req)
-        aborted = []
-        if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
-            last = self.running[order.pop()]
-            aborted.append(last)
-        # filter_batch(keep_indices=sorted_indices): the batch keeps the retraction order
-        self.running = [self.running[i] for i in order]
-        self.batch_is_full = False
-        before = self.ratio.current
-        decoded = sum(r.num_outputs for r in self.running)
-        max_new = sum(r.max_new_tokens for r in self.running)
-        self.ratio.current = min(1.0, (decoded + 20 * len(self.running)) / (max_new + 1))
-        self.retractions += len(retracted)
-        self.waiting.extend(retracted)
-        if self.hicache is not None:  # _add_request_to_queue(is_retracted=True) prefetches too
-            for r in retracted:
-                self.hicache.on_enqueue(r)
-        for r in aborted:
-            self._abort(r, "decode memory short even after retracting all other requests")
-        if retracted:
-            self.obs.on_retract(self.env.now, [r.sim for r in retracted], before, self.ratio.current)
-
     def _prepare_decode(self) -> list[ServerReq] | None:
         """One decode step's memory work before the forward; the batch, or None if none is left.
 
@@ -588,7 +506,7 @@ class ServerCore:
         self._check()
 
 
-class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
+class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin, ShortageMixin):
     """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
 
     ``record_ops``: record every memory operation with page ids (``self.ops``, the
@@ -605,10 +523,7 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
         record_ops: bool = False,
         hicache: HiCacheSetup | None = None,
     ) -> None:
-        self.env = env
-        self.cfg = cfg
-        self.pools = pools
-        self.cost = cost_model
+        self.env, self.cfg, self.pools, self.cost = env, cfg, pools, cost_model
         self.costs = StepCosts(cost_model)
         self.obs = observer or ServerObserver()
         self.overlap = not cfg.disable_overlap_schedule
@@ -619,8 +534,7 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
             )
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
-        self.page_size = pools.page_size
-        self.window = pools.window
+        self.page_size, self.window = pools.page_size, pools.window
         order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
         # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
         self.hicache = None
