@@ -47,6 +47,9 @@ cdef class PrefillAdder:
     cdef public PrefillBatch batch
     cdef public list swa_events
 
+    cpdef _init(self, object cache, long long max_running, long long chunked_prefill_size,
+                long long max_prefill_tokens, list running, double new_token_ratio)
+
     @cython.locals(p=cython.longlong, ext=cython.longlong)
     cpdef _reserve(self, long long extend, long long max_new)
 
@@ -70,3 +73,9 @@ cdef class PrefillAdder:
                    full_room=cython.longlong, swa_room=cython.longlong, ok=cython.bint,
                    ext_paged=cython.longlong, chunked=cython.bint, end=cython.longlong)
     cpdef str add_one_req(self, ServerReq req)
+
+
+@cython.locals(adder=PrefillAdder)
+cpdef PrefillAdder new_prefill_adder(object cache, long long max_running,
+                                     long long chunked_prefill_size, long long max_prefill_tokens,
+                                     list running, double new_token_ratio)

@@ -154,6 +154,18 @@ class PrefillAdder:
         running: list[ServerReq],
         new_token_ratio: float,
     ) -> None:
+        self._init(cache, max_running, chunked_prefill_size, max_prefill_tokens, running, new_token_ratio)
+
+    def _init(
+        self,
+        cache: CacheController,
+        max_running: int,
+        chunked_prefill_size: int,
+        max_prefill_tokens: int,
+        running: list[ServerReq],
+        new_token_ratio: float,
+    ) -> None:
+        """``__init__``'s work, with positional arguments (:func:`new_prefill_adder`)."""
         self.cache = cache
         self.page_size = cache.page_size
         self.window = cache.window
@@ -287,3 +299,18 @@ class PrefillAdder:
         if chunked:
             self.batch.chunked = req
         return self.budget_state()
+
+
+def new_prefill_adder(
+    cache: CacheController,
+    max_running: int,
+    chunked_prefill_size: int,
+    max_prefill_tokens: int,
+    running: list[ServerReq],
+    new_token_ratio: float,
+) -> PrefillAdder:
+    """``PrefillAdder(cache, max_running=..., ...)`` without keyword parsing: the scheduler
+    builds one per scheduling round."""
+    adder = PrefillAdder.__new__(PrefillAdder)
+    adder._init(cache, max_running, chunked_prefill_size, max_prefill_tokens, running, new_token_ratio)
+    return adder

@@ -69,7 +69,9 @@ class OverlapMixin(OverlapJumpMixin):
                 launched = self._launch_decode(start)
             if pending is not None:
                 if pending.end > self.env.now:
-                    yield self.env.timeout(pending.end - self.env.now)
+                    wait = pending.end - self.env.now
+                    if not self._clock_skips(wait):  # no event due before: no timeout either
+                        yield self.env.timeout(wait)
                 self._process_launched(pending)
                 if self.hicache is not None:  # flush_pending_backups, behind the launched batch
                     self.hicache.step_end(self.env.now, 0.0 if launched is None else launched.end)

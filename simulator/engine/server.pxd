@@ -3,6 +3,11 @@
 # write its attributes as C fields instead of instance-dictionary entries. ServerModel (a Python
 # class: its mixins are plain classes) derives from it, so the mixins reach the same attributes
 # through their descriptors. Counters stay Python objects (a jump may add a numpy integer).
+cimport cython
+from simulator.engine.admission cimport PrefillAdder, PrefillBatch, new_prefill_adder
+from simulator.engine.request cimport SimRequest
+# ServerReq under another name: server.py re-exports the Python name (a cimported one is no attribute)
+from simulator.engine.server_state cimport ServerReq as Req, init_req_max_new_tokens, server_req
 
 
 cdef class ServerCore:
@@ -45,16 +50,39 @@ cdef class ServerCore:
     cdef public object in_flight
     cdef public object _fresh_key
     cdef public object process
+    cdef public bint _plain_env
 
     # cpdef: a C call from the loop (still overridable from Python, as the tests' patches do)
-    cpdef submit(self, sim)
+    @cython.locals(req=Req, stated=cython.bint)
+    cpdef submit(self, SimRequest sim)
     cpdef expect_arrival(self, t)
     cpdef _check(self)
-    cpdef _complete(self, r, t, reason=*, owned=*, bint notify=*, bint release=*)
+    @cython.locals(sim=SimRequest)
+    cpdef _complete(self, Req r, t, reason=*, owned=*, bint notify=*, bint release=*)
     cpdef _abort(self, req, detail)
-    cpdef _get_new_batch_prefill(self)
+    @cython.locals(chunked=Req, max_running=cython.longlong, rows=cython.longlong,
+                   adder=PrefillAdder, batch=PrefillBatch)
+    cpdef list _get_new_batch_prefill(self)
+    cpdef PrefillAdder _new_adder(self, long long max_running)
     cpdef _stash_chunked(self, req)
     cpdef _calc_priority(self)
-    cpdef _prepare_extend(self, batch)
+    @cython.locals(r=Req, cached_before=cython.longlong)
+    cpdef _prepare_extend(self, list batch)
     cpdef _prefill_joins(self, batch)
+    @cython.locals(batch=list, r=Req)
     cpdef _prepare_decode(self)
+
+    # the loop's steps around its waits (the generator itself cannot have typed locals)
+    cpdef bint _clock_skips(self, dur) except -1
+    cpdef bint _is_chunk_train(self, list batch) except -1
+    @cython.locals(r=Req)
+    cpdef _start_prefill(self, list batch)
+    @cython.locals(r=Req)
+    cpdef _end_prefill(self, list batch, tuple step)
+    cpdef long long _decode_span(self) except? -1
+    cpdef _end_jump(self)
+    @cython.locals(r=Req, n=cython.longlong, full_ctx=cython.longlong,
+                   swa_ctx=cython.longlong, window=cython.longlong)
+    cpdef _start_decode(self)
+    @cython.locals(r=Req, still=list)
+    cpdef _end_decode(self, list batch)

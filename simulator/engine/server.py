@@ -14,6 +14,7 @@ the cache is reached only through the controller protocol (``simulator.radix.pro
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 import simpy
@@ -21,12 +22,10 @@ import simpy
 from policies.eviction_order import EVICTION_ORDERS
 from policies.swa_eviction import make_swa_eviction
 from policies.tombstone import TOMBSTONING
-from simulator.engine.admission import PrefillAdder, calc_priority
+from simulator.engine.admission import PrefillAdder, calc_priority, new_prefill_adder
 from simulator.engine.config import SimConfig
-from simulator.engine.failures import out_of_memory_reason, reject_reason, unservable_reason
+from simulator.engine.failures import out_of_memory_reason, reject_reason
 from simulator.engine.fast_forward import MAX_JUMP, FastForwardMixin
-from simulator.engine.hicache_admission import HiCachePrefillAdder
-from simulator.engine.hicache_steps import HiCacheSetup, HiCacheSteps
 from simulator.engine.intake import IntakeMixin, client_sampling
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.overlap import OverlapMixin
@@ -40,12 +39,16 @@ from simulator.engine.server_state import (
     ServerReq,
     StuckSimulation,
     init_req_max_new_tokens,
+    server_req,
 )
+from simulator.engine.shortage import ShortageMixin
 from simulator.engine.step_costs import StepCosts
 from simulator.engine.waiting_queue import WaitingQueue
 from simulator.errors import ConfigError
 from simulator.radix.cache import OutOfMemory, build_controller
-from simulator.sglang_bugs import PoolLeakError
+
+if TYPE_CHECKING:  # HiCache's modules load with a run that has it (start-up time, issue 14)
+    from simulator.engine.hicache_steps import HiCacheSetup
 
 __all__ = ["ServerModel", "ServerPools", "ServerReq", "StuckSimulation"]
 
@@ -62,9 +65,7 @@ class ServerCore:
         if sim.output_len < 1 or sim.prompt_len < 1:
             raise ConfigError(f"request {sim.rid}: prompt and output must be non-empty")
         sim.arrival_s = self.env.now if math.isnan(sim.arrival_s) else sim.arrival_s
-        req = ServerReq(
-            rid=sim.rid, pages=sim.pages, prompt_len=sim.prompt_len, output_len=sim.output_len, sim=sim
-        )
+        req = server_req(sim)
         cfg = self.cfg
         # the client's value stays a Python int until init_req_max_new_tokens clips it: the
         # compiled ServerReq holds max_new_tokens in 64 bits, a client may send more
@@ -124,11 +125,6 @@ class ServerCore:
             tree=cache.tree_stats(),
         )
 
-    def memory_summary(self) -> str:
-        """Free tokens per pool, for a stuck run's message."""
-        full, swa = self.cache.available_tokens()
-        return f"full available {full}, SWA available {swa}"
-
     def _check(self) -> None:
         if self.cfg.check_invariants:
             live = [r for r in self.running if r.holds_kv]
@@ -141,22 +137,41 @@ class ServerCore:
         if self.overlap:
             yield from self._loop_overlap()
             return
+        env = self.env
         while True:
             if self.on_pass is not None:
                 self.on_pass()
             if self.hicache is not None:  # _process_hicache_events: check_hicache_events
-                self.hicache.step_start(self.env.now)
-            if self.idle:
+                self.hicache.step_start(env.now)
+            if not self.waiting and not self.running and self.chunked is None:  # idle
                 self._on_idle()
-                self._wakeup = self.env.event()
+                self._wakeup = env.event()
                 yield self._wakeup
                 self._wakeup = None
                 continue
             batch = self._get_new_batch_prefill()
             if batch:
-                yield from self._run_prefill(batch)
+                if self._is_chunk_train(batch):
+                    yield from self._run_chunk_train(batch[0])
+                    continue
+                step = self._start_prefill(batch)
+                if step is None:
+                    continue
+                if not self._clock_skips(step[1]):
+                    yield env.timeout(step[1])
+                self._end_prefill(batch, step)
             elif self.running:
-                yield from self._run_decode()
+                k = self._decode_span()
+                if k > 1:
+                    yield from self._fast_forward(k)
+                    self._end_jump()
+                    continue
+                decode = self._start_decode()
+                if decode is None:
+                    continue
+                if not self._clock_skips(decode[1]):
+                    yield env.timeout(decode[1])
+                self._end_decode(decode[0])
             elif self.hicache is not None and self.hicache.next_completion() < math.inf:
                 # SGLang's loop polls check_hicache_events: an ack unlocks room
                 yield from self._await_transfer()
@@ -164,21 +179,26 @@ class ServerCore:
                 # nothing runs and the head of the queue can never be admitted
                 self._abort_unservable()
 
-    def _await_transfer(self):
-        """Nothing runs until a HiCache ack frees room: wait for it or for an arrival."""
-        self._wakeup = self.env.event()
-        yield self._wakeup | self.env.timeout(self.hicache.next_completion() - self.env.now)
-        self._wakeup = None
+    def _clock_skips(self, dur: float) -> bool:
+        """Move the clock ``dur`` ahead at once, without a simpy event, when no event is due by
+        then; False (nothing done) otherwise, and the caller yields ``env.timeout(dur)``.
 
-    def _on_idle(self) -> None:
-        """``Scheduler.on_idle`` when ``is_fully_idle`` (managers/scheduler.py): first the pool
-        leak check (``invariant_checker._check_all_pools``; SGLang raises ValueError on a leak,
-        before the reset), then the new-token ratio goes back to its initial value
-        (``new_token_ratio_tracker.reset``)."""
-        leak = self.cache.idle_leak()
-        if leak is not None:
-            raise PoolLeakError(leak)
-        self.ratio.reset()
+        A timeout that is the earliest event in the queue, strictly, is the next event simpy
+        processes, and nothing runs before it: the process would resume at the same time
+        (``now + dur``, the float ``Environment.schedule`` computes), with every later event in
+        the same order (an event's sequence number only breaks ties of time and priority, and
+        skipping one leaves the others' order as it was). Only a plain ``simpy.Environment``
+        (a real-time one paces its steps by the wall clock).
+        """
+        if not self._plain_env:
+            return False
+        env = self.env
+        t = env._now + dur
+        queue = env._queue
+        if queue and queue[0][0] <= t:
+            return False
+        env._now = t
+        return True
 
     # ------------------------------------------------------------------ completion
     def _complete(
@@ -222,27 +242,6 @@ class ServerCore:
         """Out of memory even after eviction (and retraction): the request is aborted."""
         self._complete(req, self.env.now, out_of_memory_reason(detail))
 
-    def _abort_unservable(self) -> None:
-        """Nothing runs and the head of the queue can never be admitted: abort it, saying which
-        admission condition fails on an idle server."""
-        if self.chunked is not None:
-            req, self.chunked = self.chunked, None
-        else:
-            req = self.waiting.popleft()
-        why = unservable_reason(req, self.cache, self.pools, self.cfg.max_prefill_tokens)
-        self._complete(req, self.env.now, why)
-
-    def _reject(self, req: ServerReq, reason: str) -> None:
-        """Refused on arrival, before the queue (``TokenizerManager._validate_one_request``):
-        never scheduled, holds no cache; its finish time is its arrival time."""
-        sim = req.sim
-        sim.rejected = True
-        sim.abort_reason = reason
-        sim.finish_s = self.env.now
-        self.completed += 1
-        self.obs.on_finish(sim)
-        req.done.succeed(sim)
-
     # ------------------------------------------------------------------ admission
     def _get_new_batch_prefill(self) -> list[ServerReq]:
         """``Scheduler.get_next_batch_to_run`` up to ``_get_new_batch_prefill_raw``: stash the
@@ -264,18 +263,7 @@ class ServerCore:
             self.batch_is_full = True
             return []
         self._calc_priority()
-        limits = dict(
-            max_running=max_running,
-            chunked_prefill_size=self.pools.chunked_prefill_size,
-            max_prefill_tokens=self.cfg.max_prefill_tokens,
-            running=self.running,
-            new_token_ratio=self.ratio.current,
-        )
-        hicache = self.hicache
-        if hicache is None:
-            adder = PrefillAdder(self.cache, **limits)
-        else:
-            adder = HiCachePrefillAdder(self.cache, steps=hicache, **limits)
+        adder = self._new_adder(max_running)
         self.last_adder = adder
         if chunked is not None:
             self.chunked = adder.add_chunked_req(chunked)
@@ -289,6 +277,30 @@ class ServerCore:
         if batch.chunked is not None:
             self.chunked = batch.chunked
         return batch.reqs
+
+    def _new_adder(self, max_running: int) -> PrefillAdder:
+        """This round's ``PrefillAdder`` (HiCache's when it runs)."""
+        cfg, pools, hicache = self.cfg, self.pools, self.hicache
+        if hicache is None:
+            return new_prefill_adder(
+                self.cache,
+                max_running,
+                pools.chunked_prefill_size,
+                cfg.max_prefill_tokens,
+                self.running,
+                self.ratio.current,
+            )
+        from simulator.engine.hicache_admission import HiCachePrefillAdder
+
+        return HiCachePrefillAdder(
+            self.cache,
+            steps=hicache,
+            max_running=max_running,
+            chunked_prefill_size=pools.chunked_prefill_size,
+            max_prefill_tokens=cfg.max_prefill_tokens,
+            running=self.running,
+            new_token_ratio=self.ratio.current,
+        )
 
     def _stash_chunked(self, req: ServerReq) -> None:
         """``Scheduler.stash_chunked_request``: the last chunk's KV enters the tree when the
@@ -341,27 +353,36 @@ class ServerCore:
         self.forward_ct += 1
         return cached_before
 
-    def _run_prefill(self, batch: list[ServerReq]):
+    def _is_chunk_train(self, batch: list[ServerReq]) -> bool:
+        """Whether the batch is a truncated chunk alone, run as a train of chunks in one jump
+        (:meth:`~simulator.engine.fast_forward.FastForwardMixin._run_chunk_train`)."""
+        return self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked and self.hicache is None
+
+    def _start_prefill(self, batch: list[ServerReq]) -> tuple | None:
+        """A prefill step's work before its forward: ``(t0, duration, extend tokens, cached
+        before)``, or None when allocation failed and the batch was aborted."""
         hicache = self.hicache
-        if self.cfg.fast_forward and len(batch) == 1 and batch[0] is self.chunked and hicache is None:
-            yield from self._run_chunk_train(batch[0])
-            return
         t0 = self.env.now
         if self.ops is not None:
             self._begin_prefill_step(batch, t0)
         load_s = 0.0 if hicache is None else hicache.submit_loads(t0)  # ready_to_load_host_cache
         cached_before = self._prepare_extend(batch)
         if cached_before is None:
-            return
+            return None
         ext = [r.extend_end - r.prefix_len for r in batch]
         dur = self.costs.prefill_time(ext, [r.prefix_len for r in batch])
         if hicache is not None:
             dur = hicache.prefill_time(load_s, dur)
-        yield self.env.timeout(dur)
+        return t0, dur, sum(ext), cached_before
+
+    def _end_prefill(self, batch: list[ServerReq], step: tuple) -> None:
+        """A prefill step's results, at its end (``process_batch_result_prefill``)."""
+        t0, _, extend_tokens, cached_before = step
         t1 = self.env.now
         running, queue = len(self.running), len(self.waiting)
         self._prefill_joins(batch)
-        self.cache.free_group_begin()
+        cache = self.cache
+        cache.free_group_begin()
         for r in batch:
             if r is self.chunked:  # checkpointed when the next batch is scheduled
                 continue
@@ -373,18 +394,18 @@ class ServerCore:
             if r.num_outputs >= r.output_len:
                 self._complete(r, t1)
             else:
-                self.cache.checkpoint(r, r.extend_end, finished=False)
+                cache.checkpoint(r, r.extend_end, finished=False)
                 r.prefix_len = r.extend_end
                 self.running.append(r)
-        self.cache.free_group_end()
+        cache.free_group_end()
         # usage as the prefill log reads it: after the results are processed
         # (batch_result_processor.py: process_batch_result_prefill -> report_prefill_stats)
-        full_used, swa_used = self.cache.used_tokens()
+        full_used, swa_used = cache.used_tokens()
         self.obs.on_prefill_batch(
-            t0, t1, [r.sim for r in batch], sum(ext), cached_before, full_used, swa_used, running, queue
+            t0, t1, [r.sim for r in batch], extend_tokens, cached_before, full_used, swa_used, running, queue
         )
-        if hicache is not None:
-            hicache.step_end(t1)  # flush_pending_backups
+        if self.hicache is not None:
+            self.hicache.step_end(t1)  # flush_pending_backups
         self._check()
 
     def _prefill_joins(self, batch: list[ServerReq]) -> None:
@@ -395,46 +416,6 @@ class ServerCore:
             self._req_left = True
 
     # ------------------------------------------------------------------ decode
-    def _retract(self) -> None:
-        """``ScheduleBatch.retract_decode``: drop the fewest-output, longest-input requests."""
-        order = sorted(
-            range(len(self.running)),
-            key=lambda i: (self.running[i].num_outputs, -self.running[i].prompt_len),
-            reverse=True,
-        )
-        retracted: list[ServerReq] = []
-        first = True
-        while first or not self.cache.check_decode_mem([self.running[i] for i in order]):
-            if len(order) == 1:
-                break
-            first = False
-            idx = order.pop()
-            req = self.running[idx]
-            self.cache.retract(req, len(order))
-            req.retractions += 1
-            req.gen += 1  # in-flight results of it are void
-            retracted.append(req)
-        aborted = []
-        if len(order) <= 1 and not self.cache.check_decode_mem([self.running[i] for i in order]):
-            last = self.running[order.pop()]
-            aborted.append(last)
-        # filter_batch(keep_indices=sorted_indices): the batch keeps the retraction order
-        self.running = [self.running[i] for i in order]
-        self.batch_is_full = False
-        before = self.ratio.current
-        decoded = sum(r.num_outputs for r in self.running)
-        max_new = sum(r.max_new_tokens for r in self.running)
-        self.ratio.current = min(1.0, (decoded + 20 * len(self.running)) / (max_new + 1))
-        self.retractions += len(retracted)
-        self.waiting.extend(retracted)
-        if self.hicache is not None:  # _add_request_to_queue(is_retracted=True) prefetches too
-            for r in retracted:
-                self.hicache.on_enqueue(r)
-        for r in aborted:
-            self._abort(r, "decode memory short even after retracting all other requests")
-        if retracted:
-            self.obs.on_retract(self.env.now, [r.sim for r in retracted], before, self.ratio.current)
-
     def _prepare_decode(self) -> list[ServerReq] | None:
         """One decode step's memory work before the forward; the batch, or None if none is left.
 
@@ -464,29 +445,46 @@ class ServerCore:
         self.forward_ct += 1
         return batch
 
-    def _run_decode(self):
+    def _decode_span(self) -> int:
+        """Decode steps the next jump takes (1: one step on its own); sets the HiCache jump
+        deadline for a jump."""
         k = min(self._quiet_steps(), MAX_JUMP)
         hicache = self.hicache
         if hicache is not None and k > 1:
             k = hicache.bound_jump(k, self.running)
             self._jump_deadline = hicache.jump_deadline()
-        if k > 1:
-            yield from self._fast_forward(k)
-            if hicache is not None:
-                self._jump_deadline = math.inf
-                hicache.step_end(self.env.now)
-            return
+        return k
+
+    def _end_jump(self) -> None:
+        """After a decode jump: HiCache's deadline cleared and its backups flushed."""
+        if self.hicache is not None:
+            self._jump_deadline = math.inf
+            self.hicache.step_end(self.env.now)
+
+    def _start_decode(self) -> tuple | None:
+        """One decode step's work before its forward: ``(batch, duration)``, or None when no
+        batch is left."""
         if self.ops is not None:
             self._begin_step(self.env.now)
         batch = self._prepare_decode()
         if batch is None:
-            return
-        seqs = np.array([r.kv_allocated_len for r in batch], dtype=np.int64)
-        dur = self.cost.decode_time(len(batch), int(seqs.sum()), int(np.minimum(seqs, self.window).sum()))
+            return None
+        full_ctx = 0
+        swa_ctx = 0
+        window = self.window
+        for r in batch:  # the batch's context tokens: full, and within the window
+            n = r.kv_allocated_len
+            full_ctx += n
+            swa_ctx += n if n < window else window
+        dur = self.cost.decode_time(len(batch), full_ctx, swa_ctx)
         self._step.duration_s = dur  # the announced step's (a scratch entry when not recording)
-        yield self.env.timeout(dur)
+        return batch, dur
+
+    def _end_decode(self, batch: list[ServerReq]) -> None:
+        """One decode step's results, at its end (``process_batch_result_decode``)."""
         self.decode_steps += 1
-        self.cache.free_group_begin()
+        cache = self.cache
+        cache.free_group_begin()
         still = []
         now = self.env.now
         for r in batch:
@@ -495,20 +493,20 @@ class ServerCore:
                 self._complete(r, now)
             else:
                 still.append(r)
-        self.cache.free_group_end()
+        cache.free_group_end()
         self.running = still
         # usage after the results are processed, finished requests released
         # (batch_result_processor.py: process_batch_result_decode -> report_decode_stats)
-        full, swa = self.cache.used_tokens()
+        full, swa = cache.used_tokens()
         self.obs.on_decode_steps(
             np.array([now]), [r.sim for r in batch], np.array([full]), np.array([swa]), len(self.waiting)
         )
-        if hicache is not None:
-            hicache.step_end(now)  # flush_pending_backups
+        if self.hicache is not None:
+            self.hicache.step_end(now)  # flush_pending_backups
         self._check()
 
 
-class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin):
+class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, IntakeMixin, ShortageMixin):
     """One SGLang server (one DP rank) serving submitted requests on ``env``'s clock.
 
     ``record_ops``: record every memory operation with page ids (``self.ops``, the
@@ -525,10 +523,7 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
         record_ops: bool = False,
         hicache: HiCacheSetup | None = None,
     ) -> None:
-        self.env = env
-        self.cfg = cfg
-        self.pools = pools
-        self.cost = cost_model
+        self.env, self.cfg, self.pools, self.cost = env, cfg, pools, cost_model
         self.costs = StepCosts(cost_model)
         self.obs = observer or ServerObserver()
         self.overlap = not cfg.disable_overlap_schedule
@@ -539,11 +534,14 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
             )
         if cfg.schedule_policy not in ("fcfs", "lpm"):
             raise ConfigError(f"--schedule-policy {cfg.schedule_policy!r}: kvplan models fcfs and lpm")
-        self.page_size = pools.page_size
-        self.window = pools.window
+        self.page_size, self.window = pools.page_size, pools.window
         order = EVICTION_ORDERS.create(cfg.radix_eviction_policy)
         # HiCache's step hooks and controller (simulator.engine.hicache_steps), or None
-        self.hicache = None if hicache is None else HiCacheSteps.build(hicache, pools, order)
+        self.hicache = None
+        if hicache is not None:
+            from simulator.engine.hicache_steps import HiCacheSteps
+
+            self.hicache = HiCacheSteps.build(hicache, pools, order)
         tombstone = TOMBSTONING.create(cfg.tombstone)
         sizes = (pools.full_tokens, pools.swa_tokens, pools.page_size, pools.window)
         self.cache = (
@@ -551,6 +549,7 @@ class ServerModel(ServerCore, FastForwardMixin, OverlapMixin, RecordingMixin, In
             if self.hicache is None
             else self.hicache.cache
         )
+        self._plain_env = type(env) is simpy.Environment  # _clock_skips may move its clock
         self._jump_deadline = math.inf  # HiCache: a decode jump ends before the next transfer ack
         # before the first allocation (the legacy tree refuses: ConfigError)
         self.ops = self.cache.start_recording(need_sort=False) if record_ops else None

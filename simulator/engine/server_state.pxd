@@ -23,6 +23,10 @@ cdef class ServerReq(ReqKV):
     cdef public object stashed
 
 
+@cython.locals(req=ServerReq)
+cpdef ServerReq server_req(object sim)
+
+
 cdef class NewTokenRatio:
     cdef public double conservativeness
     cdef public double current

@@ -73,6 +73,46 @@ class ServerReq(ReqKV):
         self.stashed = stashed  # overlap mode: the launched batch whose chunk was last checkpointed
 
 
+def server_req(sim: SimRequest) -> ServerReq:
+    """``ServerReq(sim.rid, sim.pages, sim.prompt_len, sim.output_len, sim=sim)``, every other
+    field at its default: one is built per submitted request, and this skips the keyword
+    parsing of two ``__init__``s (tests/test_request_objects.py checks the two agree)."""
+    req = ServerReq.__new__(ServerReq)
+    req.rid = sim.rid
+    req.pages = sim.pages
+    req.prompt_len = sim.prompt_len
+    req.output_len = sim.output_len
+    req.kv_allocated_len = 0
+    req.cache_protected_len = 0
+    req.swa_evicted_seqlen = 0
+    req.cache_inserted_len = 0
+    req.prefix_len = 0
+    req.cached_tokens = 0
+    req.num_outputs = 0
+    req.fill_len = 0
+    req.extend_end = 0
+    req.already_computed = 0
+    req.retracted_stain = False
+    req.decode_batch_idx = 0
+    req.swa_branching_seqlen = None
+    req.last_node = None
+    req.lock = None
+    req.holds_kv = False
+    req.kv_pages = None
+    req.best_match_node = None
+    req.host_hit_length = 0
+    req.swa_host_hit_length = 0
+    req.host_loaded_length = 0
+    req.sim = sim
+    req.done = None
+    req.ignore_eos = True
+    req.max_new_tokens = 0
+    req.retractions = 0
+    req.gen = 0
+    req.stashed = None
+    return req
+
+
 @dataclass(frozen=True)
 class ServerPools:
     """Resolved pool geometry (from ``simulator.pool_sizing``) the server runs with."""

@@ -118,13 +118,16 @@ def simulate(
     Raises ``StuckSimulation`` if requests remain unfinished when no event is left.
     """
     from simulator.engine.clients import requests_from_trace, start_clients
-    from simulator.engine.hicache_steps import hicache_setup
 
     model, gpu, sizes, pools = resolved if resolved is not None else resolve_pools(cfg)
     cost = build_cost_model(cfg, model, gpu)
     env = simpy.Environment()
     observer = observer or ServerObserver()
-    hicache = hicache_setup(cfg, model, gpu, sizes, pools)
+    hicache = None
+    if cfg.hicache.enabled:  # HiCache's modules load only with a run that has it
+        from simulator.engine.hicache_steps import hicache_setup
+
+        hicache = hicache_setup(cfg, model, gpu, sizes, pools)
     server = ServerModel(env, cfg, pools, cost, observer, record_ops=record_ops, hicache=hicache)
     requests = requests_from_trace(trace, pools.page_size)
     n = len(requests)

@@ -62,11 +62,26 @@ class WaitingQueue(deque):
         if x not in can_run_list]``): popped from the head when they are its first requests in
         order, as admission takes them; otherwise filtered out of the whole queue."""
         admitted = list(admitted)
-        if all(a is b for a, b in zip(admitted, self, strict=False)) and len(admitted) <= len(self):
-            for _ in admitted:
-                self.popleft()
+        n = len(admitted)
+        if n <= len(self) and _is_head(admitted, self):
+            popleft = self.popleft
+            for _ in range(n):
+                popleft()
             return
         taken = set(map(id, admitted))
         kept = [r for r in self if id(r) not in taken]
         self.clear()
         self.extend(kept)
+
+
+def _is_head(admitted: list, queue: Iterable) -> bool:
+    """Whether ``admitted`` is the start of ``queue``, element by element (identity)."""
+    i = 0
+    n = len(admitted)
+    for r in queue:
+        if i == n:
+            break
+        if admitted[i] is not r:
+            return False
+        i += 1
+    return True
