@@ -174,7 +174,7 @@ def interval_run_steps(req, interval: int, ctx: DecodeContext, steps: int, event
     """:class:`IntervalEviction`'s trigger over ``steps`` decode steps of ``req``, from one
     trigger step to the next: appends ``(step, SWA tokens freed)`` to ``events``."""
     w, p, allocator = ctx.window, ctx.page_size, ctx.allocator
-    seq0 = req.seqlen
+    seq0 = req.prompt_len + req.num_outputs  # seqlen
     s = max(0, 1 - req.decode_batch_idx)
     while True:
         s = max(s, req.swa_evicted_seqlen + interval + w + 1 - seq0)

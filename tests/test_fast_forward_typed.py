@@ -17,6 +17,7 @@ from simulator.engine.fast_forward import finishing_steps, jump_inputs, page_ope
 from simulator.engine.metrics import Recorder, jump_constants, majority_round
 from simulator.engine.observer import PoolCapacity
 from simulator.engine.overlap_jump import one_step_record
+from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
 
 
@@ -123,9 +124,11 @@ def test_short_step_replay_makes_the_numpy_calls(seed: int) -> None:
     assert all(type(v) is int for call in typed.calls for v in call[1:])
 
 
-class _Req:
-    def __init__(self, allocated: int, output_len: int, outputs: int) -> None:
-        self.kv_allocated_len, self.output_len, self.num_outputs = allocated, output_len, outputs
+def _Req(allocated: int, output_len: int, outputs: int) -> ServerReq:
+    """A request with these lengths (the typed loops take ReqKV / ServerReq, not look-alikes)."""
+    return ServerReq(
+        "r", np.zeros(0, np.int64), 1, output_len, kv_allocated_len=allocated, num_outputs=outputs
+    )
 
 
 def test_jump_inputs_and_finishing_order() -> None:

@@ -16,14 +16,18 @@ cdef class DecodeClock:
         fa=cython.double, fb=cython.double, sa=cython.double, sb=cython.double,
         a1=cython.double, b1=cython.double, a2=cython.double, b2=cython.double,
         a3=cython.double, b3=cython.double, a4=cython.double, b4=cython.double,
-        t_c=cython.double, e=cython.double, pos=cython.longlong, u=cython.longlong,
-        v=cython.longlong, mid=cython.double, alpha=cython.double, beta=cython.double,
-        length=cython.longlong,
+        t_c=cython.double, u=cython.longlong, lo=cython.longlong, hi=cython.longlong,
     )
     cpdef add(self, long long steps, double c, long long n, long long x0, long long y0, long long g)
 
+    @cython.locals(mid=cython.double, alpha=cython.double, beta=cython.double,
+                   length=cython.longlong, e=cython.double, pos=cython.longlong)
+    cdef void _piece(self, long long u, long long v, double c, double a1, double b1, double a2,
+                     double b2, double a3, double b3, double a4, double b4)
+
     @cython.locals(start=cython.longlong, e=cython.double, alpha=cython.double,
-                   beta=cython.double, j=cython.double, v=cython.double)
+                   beta=cython.double, j=cython.double, v=cython.double, starts=list,
+                   i=cython.Py_ssize_t)
     cpdef double end(self, long long step) except? -1.0
 
     @cython.locals(i=cython.Py_ssize_t, start=cython.longlong, length=cython.longlong,

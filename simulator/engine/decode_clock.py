@@ -6,7 +6,6 @@ coefficients come from :meth:`simulator.cost.CostModel.decode_terms`.
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import numpy as np
@@ -52,39 +51,62 @@ class DecodeClock:
         # b2 = fb*n; SWA term likewise (a3, b3, a4, b4) with y0 and g
         a1, b1, a2, b2 = fa * x0, fa * n, fb * (x0 + n), fb * n
         a3, b3, a4, b4 = sa * y0, sa * g, sb * (y0 + n), sb * g
-        bounds = [0, steps]
+        lo = hi = -1  # the steps where a max switches branch inside the segment (-1: none)
         if b1 != b2:
             t_c = (a2 - a1) / (b1 - b2)  # where the two lines cross
             if 0 < t_c < steps:
-                bounds.append(math.ceil(t_c))
+                lo = math.ceil(t_c)
         if b3 != b4:
             t_c = (a4 - a3) / (b3 - b4)
             if 0 < t_c < steps:
-                bounds.append(math.ceil(t_c))
-        if len(bounds) > 2:
-            bounds = sorted(set(bounds))
+                hi = math.ceil(t_c)
+        if lo > hi:
+            lo, hi = hi, lo
+        # the pieces [0, lo), [lo, hi), [hi, steps), empty ones skipped
+        u = 0
+        if lo > u:
+            self._piece(u, lo, c, a1, b1, a2, b2, a3, b3, a4, b4)
+            u = lo
+        if hi > u:
+            self._piece(u, hi, c, a1, b1, a2, b2, a3, b3, a4, b4)
+            u = hi
+        if steps > u:
+            self._piece(u, steps, c, a1, b1, a2, b2, a3, b3, a4, b4)
+
+    def _piece(
+        self,
+        u: int,
+        v: int,
+        c: float,
+        a1: float,
+        b1: float,
+        a2: float,
+        b2: float,
+        a3: float,
+        b3: float,
+        a4: float,
+        b4: float,
+    ) -> None:
+        """Steps ``[u, v)`` of the segment :meth:`add` prices, one linear piece after the
+        steps priced so far."""
+        mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
+        if a1 + b1 * mid >= a2 + b2 * mid:
+            alpha, beta = c + a1, b1
+        else:
+            alpha, beta = c + a2, b2
+        if a3 + b3 * mid >= a4 + b4 * mid:
+            alpha += a3
+            beta += b3
+        else:
+            alpha += a4
+            beta += b4
+        length = v - u
+        alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
         e, pos = self._e, self.steps
-        for u, v in zip(bounds, bounds[1:], strict=False):
-            if v <= u:
-                continue
-            mid = (u + v - 1) * 0.5  # both branches are linear: the one on top at mid is on top
-            if a1 + b1 * mid >= a2 + b2 * mid:
-                alpha, beta = c + a1, b1
-            else:
-                alpha, beta = c + a2, b2
-            if a3 + b3 * mid >= a4 + b4 * mid:
-                alpha += a3
-                beta += b3
-            else:
-                alpha += a4
-                beta += b4
-            length = v - u
-            alpha += beta * u  # step times of the piece: alpha + beta*j, j = 0..length-1
-            self._starts.append(pos)
-            self._pieces.append((pos, length, e, alpha, beta))
-            e += alpha * length + beta * (length - 1) * length * 0.5
-            pos += length
-        self._e, self.steps = e, pos
+        self._starts.append(pos)
+        self._pieces.append((pos, length, e, alpha, beta))
+        self._e = e + (alpha * length + beta * (length - 1) * length * 0.5)
+        self.steps = pos + length
 
     @property
     def last_end(self) -> float:
@@ -99,7 +121,13 @@ class DecodeClock:
 
     def end(self, step: int) -> float:
         """When step ``step`` (0-based) ends; the same float as ``ends()[step]``."""
-        start, _, e, alpha, beta = self._pieces[bisect.bisect_right(self._starts, step) - 1]
+        starts = self._starts
+        i = len(starts) - 1  # the last piece starting at or before ``step`` (bisect_right - 1)
+        while i >= 0 and starts[i] > step:
+            i -= 1
+        if i < 0:
+            i = len(starts) - 1  # none: bisect's -1, the last piece
+        start, _, e, alpha, beta = self._pieces[i]
         j = float(step - start)
         v = (j + 1.0) * alpha  # the operations of ends(), in its order
         if beta:

@@ -162,7 +162,56 @@ class JumpColumns:
         return times
 
     def tokens(self) -> tuple[np.ndarray, np.ndarray]:
-        """(``#full token``, ``#swa token``) of every step added, in order."""
+        """(``#full token``, ``#swa token``) of every step added, in order.
+
+        Within a segment ``#full token = page * opened + (full_base - page * opened_before)``
+        (``opened``: pages opened up to the step, over the whole run), likewise ``#swa token``
+        with ``opened - freed``: one running sum each of per-step increments plus, at each
+        segment's first step, the change of that per-segment constant. Integer sums in int64
+        (wrapping alike in any order), so the counts equal :meth:`_tokens_general`'s; that one
+        serves the cases it needs (segments not back to back, mixed page sizes)."""
+        total = self.steps
+        if total == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        segs = _int64s(self._segs).reshape(-1, 5)
+        first, slen, page = segs[:, 0], segs[:, 1], segs[:, 4]
+        p = int(page[0])
+        starts = np.cumsum(slen) - slen  # where np.repeat puts each segment's first step
+        back_to_back = slen.sum() == total and np.all(slen > 0) and np.array_equal(first, starts)
+        if not (back_to_back and np.all(page == p)):
+            return self._tokens_general()
+        full = np.bincount(_int64s(self._opens), minlength=total)  # pages opened at each step
+        if len(full) != total:
+            return self._tokens_general()
+        per_seg = np.add.reduceat(full, first)
+        opened_before = np.cumsum(per_seg) - per_seg  # pages opened before each segment
+        freed_before = np.zeros(len(first), dtype=np.int64)
+        full *= p
+        swa = full.copy()
+        if self._frees:  # SWA pages freed at each step, and before each segment
+            frees = _int64s(self._frees).reshape(-1, 2)
+            np.subtract.at(swa, frees[:, 0], frees[:, 1] * p)
+            per_seg = np.zeros(len(first), dtype=np.int64)
+            np.add.at(per_seg, np.searchsorted(first, frees[:, 0], side="right") - 1, frees[:, 1])
+            freed_before = np.cumsum(per_seg) - per_seg
+        base_full = segs[:, 2] - p * opened_before
+        base_swa = segs[:, 3] - p * (opened_before - freed_before)
+        full[first] += np.diff(base_full, prepend=0)
+        swa[first] += np.diff(base_swa, prepend=0)
+        np.cumsum(full, out=full)
+        np.cumsum(swa, out=swa)
+        self._add_released(full, swa)
+        return full, swa
+
+    def _add_released(self, full: np.ndarray, swa: np.ndarray) -> None:
+        """A segment's last step is read after its finishers' releases."""
+        if self._released:
+            rel = _int64s(self._released).reshape(-1, 3)
+            full[rel[:, 0]] += rel[:, 1]
+            swa[rel[:, 0]] += rel[:, 2]
+
+    def _tokens_general(self) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`tokens` for any segments: the per-step arrays repeated segment by segment."""
         total = self.steps
         if total == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
@@ -182,8 +231,11 @@ class JumpColumns:
         grown = page * (opened - np.repeat(opened_before, slen))
         full = np.repeat(segs[:, 2], slen) + grown
         swa = np.repeat(segs[:, 3], slen) + grown - page * (freed - np.repeat(freed_before, slen))
-        if self._released:  # a segment's last step is read after its finishers' releases
-            rel = np.array(self._released, dtype=np.int64).reshape(-1, 3)
-            full[rel[:, 0]] += rel[:, 1]
-            swa[rel[:, 0]] += rel[:, 2]
+        self._add_released(full, swa)
         return full, swa
+
+
+def _int64s(values: list[int]) -> np.ndarray:
+    """A list of Python ints as an int64 array (``np.fromiter`` with the count: no type
+    discovery pass over the list)."""
+    return np.fromiter(values, dtype=np.int64, count=len(values))

@@ -3,12 +3,16 @@
 # functions (the mixin's methods, on a plain class, only call them) with 64-bit integer locals
 # for token, page and step counts; floor division and modulo keep Python's semantics (cdivision
 # is off) and no float is computed here, so the results are the same bit for bit. Requests are
-# still Python objects (``object``).
+# typed ReqKV (the cache's lengths as C fields: tests and other callers pass plain ReqKV too) or
+# ServerReq where the trace request is read; the server and the cache stay Python objects (the
+# tests wrap the cache in a protocol proxy).
 cimport cython
 
 from policies.swa_eviction cimport DecodeContext
 from simulator.engine.decode_clock cimport DecodeClock, segment_sums
 from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
+from simulator.engine.server_state cimport ServerReq
+from simulator.request_kv cimport ReqKV
 
 
 cdef class _DeferredFrees:
@@ -30,17 +34,31 @@ cdef class _FinishChain:
     cpdef _fire(self, _event)
 
 
+@cython.locals(batch=list, seqs=list, last=list, segments=list, clock=DecodeClock,
+               m=cython.longlong, arrival=cython.double, finishing=list)
+cpdef tuple plan_jump(server, long long k, double now)
+
+@cython.locals(rem=list, r=ReqKV)
 cpdef list remaining_outputs(list batch)
 
-@cython.locals(seqs=list, last=list, n=cython.longlong)
+@cython.locals(seqs=list, last=list, n=cython.longlong, r=ReqKV)
 cpdef tuple jump_inputs(list batch, long long k)
 
-@cython.locals(finishing=list, i=cython.Py_ssize_t)
+@cython.locals(finishing=list, i=cython.Py_ssize_t, r=ReqKV)
 cpdef list finishing_steps(list batch, list last, long long m)
+
+@cython.locals(ran=list, i=cython.Py_ssize_t, f=cython.longlong)
+cpdef list steps_ran(list last, long long m)
+
+@cython.locals(sims=list, r=ServerReq)
+cpdef list sims_of(list batch)
+
+@cython.locals(out=list, r=ReqKV)
+cpdef list unfinished(list batch)
 
 @cython.locals(bs=cython.Py_ssize_t, i=cython.Py_ssize_t, k=cython.longlong, n=cython.longlong,
                seq=cython.longlong, cross=cython.longlong, full_room=cython.longlong,
-               swa_room=cython.longlong, room=cython.longlong)
+               swa_room=cython.longlong, room=cython.longlong, r=ReqKV)
 cpdef long long quiet_span(list batch, list rem, long long p, long long w, cache) except? -1
 
 @cython.locals(i=cython.Py_ssize_t, f=cython.longlong, a=cython.longlong, b=cython.longlong,
@@ -60,9 +78,10 @@ cpdef tuple price_jump(costs, list seqs, list last, long long k, double now, dou
 cpdef apply_jump(server, list batch, list seqs, list last, list segments, clock, long long m,
                  double start)
 
-@cython.locals(done=list, j=cython.Py_ssize_t, i=cython.Py_ssize_t, f=cython.longlong)
+@cython.locals(done=list, j=cython.Py_ssize_t, i=cython.Py_ssize_t, f=cython.longlong, r=ReqKV)
 cpdef list finishing_at(list batch, list members, list last, long long b)
 
+@cython.locals(r=ReqKV)
 cpdef advance(list reqs, long long n)
 
 @cython.locals(i=cython.Py_ssize_t, n=cython.longlong, s=cython.longlong, opens=list)
@@ -72,7 +91,7 @@ cpdef list page_opens(list seqs0, list ran, long long p)
                frees=list, freed_pages=cython.longlong, step=cython.longlong,
                freed=cython.longlong, pages=cython.longlong, full_used0=cython.longlong,
                swa_used0=cython.longlong, i=cython.Py_ssize_t, n=cython.longlong,
-               ctx=DecodeContext)
+               ctx=DecodeContext, r=ReqKV)
 cpdef object replay_jump(server, list batch, list seqs0, list ran, long long m, long long forward_ct)
 
 @cython.locals(bs=cython.Py_ssize_t, p=cython.longlong, opens=list, total=cython.longlong,

@@ -170,20 +170,8 @@ class FastForwardMixin:
         leaves after f. Clients learn of each finish at its exact time (:class:`_FinishChain`); the
         cache-side release is replayed in step order after the clock has moved.
         """
-        batch = list(self.running)
         now = self.env.now
-        seqs, last = jump_inputs(batch, k)  # tokens allocated; the last step in the span
-        arrival = self._next_arrival if self._next_arrival > now else math.inf
-        arrival = min(arrival, self._jump_deadline)  # HiCache: end before the next transfer ack
-        segments, clock = self._price_jump(seqs, last, k, now, arrival)
-        m = clock.steps
-        if arrival < clock.last_end:
-            # the announced arrival lands in step m - 1: the jump ends with that step
-            m = clock.steps_ended_by(arrival) + 1
-        finishing = finishing_steps(batch, last, m)
-        chain = _FinishChain(self, batch, finishing, clock) if finishing else None
-        # an arrival during the last planned step changes nothing; one before it cuts the jump
-        self._interrupt_before = clock.end(m - 2) if m > 1 else now
+        batch, seqs, last, segments, clock, m, chain = plan_jump(self, k, now)
         try:
             yield self.env.timeout(clock.end(m - 1) - now)
         except simpy.Interrupt:
@@ -197,26 +185,13 @@ class FastForwardMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        self._apply_jump(batch, seqs, last, segments, clock, m, now)
+        apply_jump(self, batch, seqs, last, segments, clock, m, now)
 
     def _price_jump(
         self, seqs: list[int], last: list[int], k: int, now: float, arrival: float, beyond: int = 0
     ) -> tuple[list[tuple[int, int, list[int]]], DecodeClock]:
         """The jump's batch segments and their clock (:func:`price_jump`)."""
         return price_jump(self.costs, seqs, last, k, now, arrival, beyond, self.window)
-
-    def _apply_jump(
-        self,
-        batch: list[ServerReq],
-        seqs: list[int],
-        last: list[int],
-        segments: list[tuple[int, int, list[int]]],
-        clock: DecodeClock,
-        m: int,
-        start: float,
-    ) -> None:
-        """The cache side of a jump whose first ``m`` steps ran (:func:`apply_jump`)."""
-        apply_jump(self, batch, seqs, last, segments, clock, m, start)
 
     def _replay_jump(
         self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
@@ -236,9 +211,33 @@ class FastForwardMixin:
 # --- the jump's typed loops (fast_forward.pxd types them in the compiled build) ----------------
 
 
+def plan_jump(server, k: int, now: float) -> tuple:
+    """A jump of up to ``k`` steps from ``now``, before the clock moves (the generator's typed
+    part): ``(batch, seqs, last, segments, clock, m, chain)``, ``m`` the steps before the
+    announced arrival's step ends, ``chain`` the finishes' :class:`_FinishChain` (or None).
+    Sets ``_interrupt_before``: an arrival during the last planned step changes nothing; one
+    before it cuts the jump."""
+    batch = list(server.running)
+    seqs, last = jump_inputs(batch, k)  # tokens allocated; the last step in the span
+    arrival = server._next_arrival if server._next_arrival > now else math.inf
+    arrival = min(arrival, server._jump_deadline)  # HiCache: end before the next transfer ack
+    segments, clock = price_jump(server.costs, seqs, last, k, now, arrival, 0, server.window)
+    m = clock.steps
+    if arrival < clock.last_end:
+        # the announced arrival lands in step m - 1: the jump ends with that step
+        m = clock.steps_ended_by(arrival) + 1
+    finishing = finishing_steps(batch, last, m)
+    chain = _FinishChain(server, batch, finishing, clock) if finishing else None
+    server._interrupt_before = clock.end(m - 2) if m > 1 else now
+    return batch, seqs, last, segments, clock, m, chain
+
+
 def remaining_outputs(batch: list) -> list:
     """Tokens each request of ``batch`` still has to produce."""
-    return [r.output_len - r.num_outputs for r in batch]
+    rem: list = []
+    for r in batch:
+        rem.append(r.output_len - r.num_outputs)
+    return rem
 
 
 def jump_inputs(batch: list, k: int) -> tuple:
@@ -279,7 +278,8 @@ def quiet_span(batch: list, rem: list, p: int, w: int, cache) -> int:
         if i == 0 or n > k:
             k = n  # max(rem, default=0)
     for i in range(bs):
-        seq = batch[i].kv_allocated_len + 1
+        r = batch[i]
+        seq = r.kv_allocated_len + 1
         if seq < w:
             cross = w - seq
             if cross < rem[i] and cross < k:  # still in the batch when it reaches the window
@@ -341,13 +341,13 @@ def apply_jump(
     forward0 = server.forward_ct
     p = server.page_size
     cache = server.cache
-    ran = [min(f + 1, m) for f in last]  # steps each request ran in this jump
+    ran = steps_ran(last, m)
     recording = server.ops is not None
     bulk = None if recording else replay_jump(server, batch, seqs, ran, m, forward0)
     opens: list = bulk[2] if bulk is not None else []  # a page opens at each, in step order
     frees: list = bulk[3] if bulk is not None else []  # (step, SWA pages)
     recorded: list = []
-    sims = [r.sim for r in batch]
+    sims = sims_of(batch)
     offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
     for a, b, members in segments:
         if a >= m:
@@ -396,8 +396,35 @@ def apply_jump(
     server.forward_ct = forward0 + m
     server.decode_steps += m
     server.ratio.on_decode_steps(m)
-    server.running = [r for r in batch if r.num_outputs < r.output_len]
+    server.running = unfinished(batch)
     server._check()
+
+
+def steps_ran(last: list, m: int) -> list:
+    """The steps each request ran in a jump whose first ``m`` steps ran (``last[i]``: its
+    last step in the span)."""
+    ran: list = []
+    for i in range(len(last)):
+        f = last[i] + 1
+        ran.append(f if f < m else m)  # min(f, m)
+    return ran
+
+
+def sims_of(batch: list) -> list:
+    """The trace requests of ``batch``."""
+    sims: list = []
+    for r in batch:
+        sims.append(r.sim)
+    return sims
+
+
+def unfinished(batch: list) -> list:
+    """The requests of ``batch`` still producing tokens, in order."""
+    out: list = []
+    for r in batch:
+        if r.num_outputs < r.output_len:
+            out.append(r)
+    return out
 
 
 def finishing_at(batch: list, members: list, last: list, b: int) -> list:
