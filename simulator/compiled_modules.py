@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "simulator.engine.overlap",
     "simulator.engine.overlap_jump",
     "simulator.engine.metrics",
+    "simulator.engine.rounds",
     "simulator.engine.request_rows",
     "simulator.radix.cache",
     "simulator.swa_window",

@@ -83,7 +83,8 @@ def _packed_page_keys(
     start = np.zeros(len(n), dtype=np.int64)  # each block's first page among all pages
     np.cumsum(n[:-1], out=start[1:])
     keys = np.repeat(chain * b_max + first - start * page_size, n)
-    keys += np.arange(len(keys), dtype=np.int64) * page_size
+    # the page offsets in one pass (not arange, then a multiply into a second array)
+    keys += np.arange(0, len(keys) * page_size, page_size, dtype=np.int64)
     return keys
 
 
