@@ -124,3 +124,31 @@ def test_packed_prefill_batches_are_the_former_array() -> None:
     want = np.array(rows, dtype=np.float64).reshape(-1, _PREFILL_FIELDS)
     got = np.concatenate(rec._prefill_packed)
     assert got.dtype == want.dtype and np.array_equal(got, want)
+
+
+def test_finder_memo_gives_the_module_hashes() -> None:
+    import simulator.compiled_modules as cm
+
+    memo: dict[str, str] = {}
+    assert [cm.module_hash(n, memo) for n in cm.COMPILED_MODULES] == [
+        cm.module_hash(n) for n in cm.COMPILED_MODULES
+    ]
+    assert memo.keys() >= set(cm.COMPILED_MODULES)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_page_keys_loop_writes_the_numpy_keys(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The compiled build's loop (run here as Python on small blocks) and numpy's passes agree."""
+    import traces.page_fill as pf
+
+    rng = np.random.default_rng(seed)
+    nb = int(rng.integers(0, 40))
+    n, base = rng.integers(1, 7, nb), rng.integers(0, 2**50, nb)
+    page_size = int(rng.choice([1, 16, 64, 4096]))
+    monkeypatch.setattr(pf, "COMPILED", False)
+    want = pf.block_page_keys(base, n, page_size)
+    keys = np.empty(int(n.sum()), dtype=np.int64)
+    pf.fill_keys(keys, base, n, page_size)
+    assert want.dtype == np.int64 and np.array_equal(keys, want)
+    monkeypatch.setattr(pf, "COMPILED", True)
+    assert np.array_equal(pf.block_page_keys(base, n, page_size), want)

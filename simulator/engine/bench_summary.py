@@ -91,7 +91,7 @@ def bench_summary(
         "input_throughput": per_s(prompt),
         "output_throughput": per_s(output),
         "request_throughput": per_s(n_ok),
-        "decode_steps": len(dec["step"]),
+        "decode_steps": len(dec["round"]),  # "step" is built only for the frames
         "prefill_batches": prefill_batches,
         "decode_full_token_usage": _mean(full_usage),
         "decode_swa_token_usage": _mean(swa_usage),

@@ -404,7 +404,6 @@ class Recorder(ServerObserver):
         reps = const[:, 0].astype(np.int64)
         full, swa = self._decode_tokens()
         built = {
-            "step": np.arange(1, len(full) + 1, dtype=np.int64),
             "full_token": full,
             "full_token_usage": self._usage(full, "full_tokens"),
             "swa_token": swa,
@@ -414,7 +413,11 @@ class Recorder(ServerObserver):
         later = {"running": 1, "queue": 2, "round_share": 4}
         jumps, chunks = self._jumps, self._d_chunks  # not the recorder: no reference cycle
 
+        n_steps = len(full)
+
         def build(name: str) -> np.ndarray:
+            if name == "step":  # the summary counts the steps by another column's length
+                return np.arange(1, n_steps + 1, dtype=np.int64)
             if name == "time_s":
                 return _interleave(chunks, (jumps.times(),), 0)[0]
             i = later[name]
