@@ -34,6 +34,7 @@ COMPILED_MODULES = (
     "simulator.engine.overlap",
     "simulator.engine.overlap_jump",
     "simulator.engine.metrics",
+    "simulator.engine.rounds",
     "simulator.engine.request_rows",
     "simulator.radix.cache",
     "simulator.swa_window",
@@ -43,6 +44,7 @@ COMPILED_MODULES = (
     "simulator.cost.prefill_sums",
     "simulator.cost.step_prices",
     "policies.swa_eviction",
+    "traces.page_fill",
 )
 
 # os.path, not pathlib or hashlib: this module loads with the package (``kvplan --help`` too)
@@ -84,17 +86,25 @@ def source_hash(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def module_hash(name: str) -> str:
+def module_hash(name: str, memo: dict[str, str] | None = None) -> str:
     """What a build of ``name`` is recorded under: its ``.py``'s hash, or, where a ``.pxd``
-    (Cython's typed declarations for the compiled build) sits beside it, the hash of both."""
+    (Cython's typed declarations for the compiled build) sits beside it, the hash of both.
+    ``memo`` (module -> hash) keeps each module's hash for later calls (the finder's, one
+    process: a shared dependency is hashed once, not once per module that cimports it)."""
+    if memo is not None and name in memo:
+        return memo[name]
     src = source_path(name)
     pxd = src[: -len(".py")] + ".pxd"
     if not os.path.exists(pxd):
-        return source_hash(src)
-    # a build checks at import the layout of each compiled module its .pxd cimports: an edit of
-    # one of those makes this build stale too (else it would meet that module's .py, a ValueError)
-    deps = "".join(f"+{module_hash(dep)}" for dep in pxd_cimports(pxd))
-    return f"{source_hash(src)}+{source_hash(pxd)}{deps}"
+        found = source_hash(src)
+    else:
+        # a build checks at import the layout of each compiled module its .pxd cimports: an edit
+        # of one of those makes this build stale too (else it would meet that module's .py)
+        deps = "".join(f"+{module_hash(dep, memo)}" for dep in pxd_cimports(pxd))
+        found = f"{source_hash(src)}+{source_hash(pxd)}{deps}"
+    if memo is not None:
+        memo[name] = found
+    return found
 
 
 def pxd_cimports(pxd: str) -> list[str]:
@@ -136,6 +146,7 @@ class CompiledFinder:
 
     def __init__(self) -> None:
         self._record: dict[str, str] | None = None
+        self._hashes: dict[str, str] = {}  # module_hash's memo for this process
         self.loaded: dict[str, str] = {}  # module -> "compiled" or why the source was loaded
 
     def find_spec(self, name: str, path=None, target=None) -> ModuleSpec | None:
@@ -161,7 +172,7 @@ class CompiledFinder:
             return "not built"
         if self._record is None:
             self._record = read_record()
-        if self._record.get(name) != module_hash(name):
+        if self._record.get(name) != module_hash(name, self._hashes):
             return "built from another version of the source"
         return None
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+import simulator  # noqa: F401  (installs the compiled-module finder: traces.page_fill is compiled)
+
 # Each public name and the module that defines it; imported on first use (PEP 562), so that
 # ``traces.errors`` and the CLI's start-up do not pay for pandas and pyarrow (issue 14).
 _EXPORTS = {

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from traces.continuation import ContinuationMode
 from traces.errors import TraceFormatError
+from traces.gc_pause import collector_paused
 from traces.readers.azure import read_azure
 from traces.readers.dynamo import read_dynamo_events
 from traces.readers.mooncake import DEFAULT_BLOCK_SIZE, read_mooncake
@@ -80,6 +81,17 @@ def load_trace(
     """
     if fmt is not None and fmt not in FORMATS:
         raise ValueError(f"unknown trace format {fmt!r}; known: {', '.join(FORMATS)}")
+    with collector_paused():  # parsing builds no reference cycles (traces/gc_pause.py)
+        return _load(path, fmt, block_size, continuation, limit)
+
+
+def _load(
+    path: str | Path,
+    fmt: str | None,
+    block_size: int | None,
+    continuation: ContinuationMode,
+    limit: int | None,
+) -> Trace:
     p = Path(path)
     if not is_stdin(path) and not p.exists():
         raise FileNotFoundError(f"{p}: no such file or directory")

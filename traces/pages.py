@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from traces.chains import chain_block_ids, first_appearance_ids, pack_pairs
+from traces.page_fill import block_page_keys
 from traces.schema import BlockContent, Content, TokenContent, gather_ranges
 
 
@@ -80,11 +81,7 @@ def _packed_page_keys(
     b_max = int((first + (n - 1) * page_size).max()) + 1  # the largest offset in a block, + 1
     if a_max * b_max >= 2**62:
         return None
-    start = np.zeros(len(n), dtype=np.int64)  # each block's first page among all pages
-    np.cumsum(n[:-1], out=start[1:])
-    keys = np.repeat(chain * b_max + first - start * page_size, n)
-    keys += np.arange(len(keys), dtype=np.int64) * page_size
-    return keys
+    return block_page_keys(chain * b_max + first, n, page_size)
 
 
 def _token_pages(content: TokenContent, page_size: int) -> tuple[np.ndarray, np.ndarray]:

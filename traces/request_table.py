@@ -75,7 +75,7 @@ class RequestTable:
         values = self._columns[name]
         if values is None:
             return [None] * len(self)
-        return [str(v) for v in values.tolist()]
+        return list(map(str, values.tolist()))
 
     def head(self, n: int) -> RequestTable:
         c = self._columns

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 # No BLAS worker threads in the CLI process (issue 14). numpy's OpenBLAS starts one worker per
@@ -11,11 +12,20 @@ import os
 # before anything imports numpy; the library itself leaves the environment alone.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from typing import Any  # noqa: E402
+# Importing the CLI (typer, click) builds only long-lived objects: the cyclic collector would
+# walk them some twenty times for nothing (issue 14). It is off while they import, and the
+# group's main() keeps it off until a subcommand is resolved (simulator/cli/lazy.py).
+_COLLECTOR_WAS_ON = gc.isenabled()
+gc.disable()
+try:
+    from typing import Any
 
-import typer  # noqa: E402
+    import typer
 
-from simulator.cli.lazy import LazyCommand, LazyGroup
+    from simulator.cli.lazy import LazyCommand, LazyGroup
+finally:
+    if _COLLECTOR_WAS_ON:
+        gc.enable()
 
 # The subcommands in `kvplan --help` order: name, "module:attribute" (a command function or a
 # typer.Typer), and the first paragraph of its help. A module is imported only when its command

@@ -38,6 +38,7 @@ from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.errors import ConfigError
 from traces.closed_loop import BenchMultiturnLoop, SequentialReplay
+from traces.gc_pause import collector_paused
 from traces.pages import LazyPages
 from traces.schema import Trace
 
@@ -71,6 +72,12 @@ def requests_from_trace(trace: Trace, page_size: int) -> list[SimRequest]:
     """
     if page_size < 1:
         raise ConfigError(f"page size must be >= 1, got {page_size}")
+    with collector_paused():  # one object per row, no reference cycle (traces/gc_pause.py)
+        return _requests(trace, page_size)
+
+
+def _requests(trace: Trace, page_size: int) -> list[SimRequest]:
+    """:func:`requests_from_trace`'s requests."""
     rows = trace.row_page_keys(page_size)  # a big trace: each request's keys on demand
     if rows is None:
         offsets, ids = trace.page_keys(page_size)  # the tree only compares pages: no dense ids needed

@@ -26,12 +26,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from simulator.cost.hicache_transfer import HostTransferModel, TransferGeometry, transfer_geometry
 from simulator.errors import ConfigError
 from simulator.hicache_args import ResolvedHiCache, resolve_hicache_args
-from simulator.radix.hicache_served import ServedHiCache, build_served_hicache
+
+if TYPE_CHECKING:  # imported where a HiCache is set up: a run without one never loads them
+    from simulator.cost.hicache_transfer import HostTransferModel, TransferGeometry
+    from simulator.radix.hicache_served import ServedHiCache
 
 __all__ = ["HiCacheSetup", "HiCacheSteps", "TransferRecord", "build_served_cache", "hicache_setup"]
 
@@ -71,6 +73,7 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
             "use --tombstone unified"
         )
     from simulator.cost import load_profile
+    from simulator.cost.hicache_transfer import HostTransferModel, transfer_geometry
 
     profile = load_profile(cfg.profile) if cfg.profile else None
     transfer = HostTransferModel.from_resolved(gpu, resolved, pools.page_size, profile)
@@ -80,6 +83,8 @@ def hicache_setup(cfg: Any, model: Any, gpu: Any, sizes: Any, pools: Any) -> HiC
 
 def build_served_cache(setup: HiCacheSetup, pools: Any, eviction_order: Any) -> ServedHiCache:
     """The HiCache controller of a server (``UnifiedRadixCache.init_hicache``)."""
+    from simulator.radix.hicache_served import build_served_hicache
+
     host = (setup.host_full_tokens, setup.host_swa_tokens)
     return build_served_hicache(
         pools.full_tokens,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
 from itertools import chain
 from pathlib import Path
@@ -34,6 +34,7 @@ from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.outputs import write_tables
 from simulator.engine.request import SimRequest
 from simulator.engine.request_rows import RequestRows
+from simulator.engine.rounds import jump_constants, majority_round
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,68 +110,6 @@ def _steps_array(values: np.ndarray | int, k: int) -> np.ndarray:
     if isinstance(values, np.ndarray) and values.shape == (k,):
         return values if values.dtype == np.int64 else values.astype(np.int64)
     return np.broadcast_to(np.asarray(values, dtype=np.int64), (k,)).copy()
-
-
-def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
-    """(the most common round among the batch's non-heartbeat requests, its share of them).
-
-    A step belongs to this round (ties go to the lower round); a batch of heartbeats only belongs
-    to no round (-1). Under bench_multiturn's round barrier every batch holds one round only.
-    """
-    first = None
-    for r in batch:  # the common case, one round only, in one pass without building lists
-        if r.heartbeat:
-            continue
-        if first is None:
-            first = r.round
-        elif r.round != first:
-            break
-    else:
-        return (-1, 0.0) if first is None else (first, 1.0)
-    rounds = [r.round for r in batch if not r.heartbeat]
-    counts = np.bincount(np.asarray(rounds, dtype=np.int64))
-    top = int(counts.argmax())
-    return top, float(counts[top]) / len(rounds)
-
-
-def jump_constants(const: list, jump: DecodeJump) -> None:
-    """Append ``jump``'s per-call constants ``(steps, running, queue, round, share)`` to
-    ``const``, the last step apart when it saw a queue (as :meth:`DecodeJump.step_calls`)."""
-    steps, queue = jump.steps, jump.queue
-    prev, rnd, share = None, -1, 0.0
-    for seg in jump.segments:
-        batch = seg.batch
-        running = len(batch)
-        known = None if prev is None else _round_of_subset(batch, prev, rnd, share)
-        rnd, share = majority_round(batch) if known is None else known
-        prev, k = batch, seg.end - seg.first
-        if seg.end == steps and queue:  # the last step saw a queue
-            if k > 1:
-                const.append((k - 1, running, 0, rnd, share))
-            const.append((1, running, queue, rnd, share))
-        else:
-            const.append((k, running, 0, rnd, share))
-
-
-def _round_of_subset(batch: list, prev: list, rnd: int, share: float) -> tuple[int, float] | None:
-    """:func:`majority_round` of ``batch`` from ``(rnd, share)``, that of ``prev``, without a
-    count where ``batch`` is a subsequence of ``prev`` (a jump's requests only leave) whose
-    non-heartbeat requests are all of one round, or none; else None."""
-    if share != 0.0 and share != 1.0:
-        return None  # several rounds: count again
-    n, j = len(prev), 0
-    for r in batch:
-        while j < n and prev[j] is not r:
-            j += 1
-        if j == n:
-            return None  # not a subsequence
-        j += 1
-    if share == 0.0:
-        return -1, 0.0  # heartbeats only, as in prev
-    for r in batch:
-        if not r.heartbeat:
-            return rnd, 1.0
-    return -1, 0.0
 
 
 class Recorder(ServerObserver):
@@ -285,7 +224,9 @@ class Recorder(ServerObserver):
     def _pack_prefill(self) -> None:
         """Move the recorded batches into one float64 array (80 bytes a batch instead of ~300
         as a tuple of Python numbers; every value is a time or a count far below 2**53)."""
-        self._prefill_packed.append(np.array(self._prefill, dtype=np.float64).reshape(-1, _PREFILL_FIELDS))
+        rows = self._prefill  # np.fromiter, not np.array: no shape discovery over the tuples
+        packed = np.fromiter(chain.from_iterable(rows), np.float64, _PREFILL_FIELDS * len(rows))
+        self._prefill_packed.append(packed.reshape(-1, _PREFILL_FIELDS))
         self._n_prefill_packed += len(self._prefill)
         self._prefill = []
 
@@ -463,7 +404,6 @@ class Recorder(ServerObserver):
         reps = const[:, 0].astype(np.int64)
         full, swa = self._decode_tokens()
         built = {
-            "step": np.arange(1, len(full) + 1, dtype=np.int64),
             "full_token": full,
             "full_token_usage": self._usage(full, "full_tokens"),
             "swa_token": swa,
@@ -473,7 +413,11 @@ class Recorder(ServerObserver):
         later = {"running": 1, "queue": 2, "round_share": 4}
         jumps, chunks = self._jumps, self._d_chunks  # not the recorder: no reference cycle
 
+        n_steps = len(full)
+
         def build(name: str) -> np.ndarray:
+            if name == "step":  # the summary counts the steps by another column's length
+                return np.arange(1, n_steps + 1, dtype=np.int64)
             if name == "time_s":
                 return _interleave(chunks, (jumps.times(),), 0)[0]
             i = later[name]

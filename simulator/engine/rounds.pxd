@@ -1,0 +1,23 @@
+# Typed declarations for the compiled build of rounds.py (Cython's pure-Python mode; the .py runs
+# as it is without Cython): a SimRequest's round and heartbeat are read as C struct fields, and
+# the jump's per-call constants with C integer locals. Rounds and counts stay Python integers and
+# the share is an int over an int, so the records are the same bit for bit.
+cimport cython
+
+from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
+from simulator.engine.request cimport SimRequest
+
+
+@cython.locals(req=SimRequest)
+cpdef tuple majority_round(batch)
+
+@cython.locals(req=SimRequest, counts=dict, n=cython.Py_ssize_t, best=cython.Py_ssize_t,
+               c=cython.Py_ssize_t)
+cpdef tuple _mixed_rounds(batch)
+
+@cython.locals(steps=cython.longlong, queue=cython.longlong, running=cython.Py_ssize_t,
+               k=cython.longlong, seg=JumpSegment, batch=list, prev=list)
+cpdef jump_constants(list const, DecodeJump jump)
+
+@cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t, req=SimRequest)
+cpdef object _round_of_subset(list batch, list prev, rnd, double share)
