@@ -84,7 +84,8 @@ cdef class UnifiedSWACache(SWACacheController):
     cpdef _free_out_of_window(self, ReqKV req, long long pre_len)
 
     @cython.locals(p=cython.longlong, effective=cython.longlong, aligned=cython.longlong,
-                   core=TreeCore)
+                   core=TreeCore, cached=cython.longlong, inserted=cython.longlong,
+                   evicted=cython.longlong)
     cpdef checkpoint(self, ReqKV req, long long up_to, bint finished, bint relock=*)
 
     @cython.locals(core=TreeCore)

@@ -476,27 +476,11 @@ class UnifiedSWACache(SWACacheController):
         key = req.pages[: aligned // p]
         protected = req.last_node if req.lock is not None else None
         values = None if rows is None else rows[: aligned // p]
+        cached, inserted, evicted = req.cache_protected_len, req.cache_inserted_len, req.swa_evicted_seqlen
         if core is not None:
-            _, target = core.c_insert(
-                key,
-                req.cache_protected_len,
-                req.cache_inserted_len,
-                req.swa_evicted_seqlen,
-                0,
-                protected,
-                values,
-                req.rid,
-            )
+            _, target = core.c_insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
         else:
-            _, target = self.tree.insert(
-                key,
-                req.cache_protected_len,
-                req.cache_inserted_len,
-                req.swa_evicted_seqlen,
-                protected_node=protected,
-                values=values,
-                reason=req.rid,
-            )
+            _, target = self.tree.insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
         if rows is not None:  # the row now points at the tree's pages (req_to_token rewrite)
             req.kv_pages = np.concatenate([self.tree.path_values(target), rows[aligned // p :]])
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
