@@ -90,7 +90,10 @@ def core_extensions() -> list[Extension]:
         return built
     for name in cm.COMPILED_MODULES:
         src = os.path.relpath(cm.source_path(name), HERE)
-        ext = Extension(name, [src], extra_compile_args=C_FLAGS, optional=True)
+        # numpy's headers: a .pxd may cimport the radix core's declarations (numpy arrays)
+        ext = Extension(
+            name, [src], include_dirs=[numpy.get_include()], extra_compile_args=C_FLAGS, optional=True
+        )
         try:  # one module Cython cannot translate stays pure Python; the others still build
             built += cythonize([ext], compiler_directives=PLAIN_DIRECTIVES, quiet=True)
         except Exception as exc:  # noqa: BLE001 - Cython reports several error types

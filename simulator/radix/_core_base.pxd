@@ -45,3 +45,21 @@ cdef class TreeCore:
     cdef void _tombstone(self, TreeNode node, long long* swa_ev) except *
     cdef void _evict_full(self, long long shortfall, long long target, long long* full_ev, long long* swa_ev) except *
     cdef void _evict_swa(self, long long shortfall, long long target, long long* full_ev, long long* swa_ev) except *
+    # the tree's API (match, locks, insert), overridden by _core_tree.UnifiedSWARadixTree: a typed
+    # caller (the compiled cache controller, cache.pxd) calls them in C
+    cpdef match_prefix(self, key)
+    cpdef lock(self, TreeNode node)
+    cpdef unlock(self, receipt)
+    # ``insert`` with every argument given (no optional C arguments, which an override would
+    # have to re-declare)
+    cpdef tuple c_insert(
+        self,
+        key,
+        long long prev_prefix_len,
+        long long inserted_len,
+        long long swa_evicted_seqlen,
+        long long priority,
+        protected_node,
+        values,
+        reason,
+    )

@@ -10,10 +10,11 @@ computed in C for the exact ``LRU`` class (the default, on a C heap); any other 
 through Python.
 """
 
+cimport cython
 cimport numpy as cnp
 
 from simulator.radix._core_heap cimport LruLeafHeap
-from simulator.radix._core_node cimport SwaLRUList, TreeNode, key_at, new_node
+from simulator.radix._core_node cimport SwaLRUList, TreeNode, key_at, new_node, unlink_tree
 
 from heapq import heapify, heappop, heappush, heapreplace
 
@@ -31,6 +32,7 @@ cdef object _EVICT = OpKind.EVICT
 cdef object _TOMBSTONE = OpKind.TOMBSTONE
 
 
+@cython.no_gc_clear  # its dealloc unlinks the tree's nodes (not GC-tracked): keep its fields
 cdef class TreeCore:
     """The compiled tree's fields (the pure-Python tree's attributes) and its non-API steps."""
 
@@ -53,6 +55,9 @@ cdef class TreeCore:
         self.root.full_lock = 1
         self.root.swa_lock = 1
         self.root.swa = True
+
+    def __dealloc__(self):
+        unlink_tree(self.root)  # the nodes are not GC-tracked (_core_node.pyx)
 
     @property
     def counters(self):
@@ -321,6 +326,29 @@ cdef class TreeCore:
                 self._tombstone(x, swa_ev)
             if alloc.swa_available_size() >= target:
                 break
+
+    # ------------------------------------------------------------------ the API (_core_tree.pyx)
+    cpdef match_prefix(self, key):
+        raise NotImplementedError
+
+    cpdef lock(self, TreeNode node):
+        raise NotImplementedError
+
+    cpdef unlock(self, receipt):
+        raise NotImplementedError
+
+    cpdef tuple c_insert(
+        self,
+        key,
+        long long prev_prefix_len,
+        long long inserted_len,
+        long long swa_evicted_seqlen,
+        long long priority,
+        protected_node,
+        values,
+        reason,
+    ):
+        raise NotImplementedError
 
     # ------------------------------------------------------------------ views
     def path_length(self, TreeNode node):

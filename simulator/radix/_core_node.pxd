@@ -4,6 +4,8 @@ cimport numpy as cnp
 from libc.stdint cimport int64_t
 
 
+# Not tracked by the cycle collector (no_gc in _core_node.pyx says why that is safe): a tree's
+# links are cut by its owner's dealloc (unlink_tree, SwaLRUList's dealloc)
 cdef class TreeNode:
     cdef public long long id
     cdef public TreeNode parent
@@ -25,6 +27,7 @@ cdef class TreeNode:
     cdef public bint in_swa_lru
     cdef public bint in_full_lru
     cdef public object value
+    cdef object __weakref__  # tests prove a dropped tree frees every node (no_gc)
 
 
 cdef class SwaLRUList:
@@ -42,6 +45,7 @@ cdef class SwaLRUList:
 
 
 cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, long long priority)
+cdef void unlink_tree(TreeNode root) noexcept
 
 
 cdef inline int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept:

@@ -5,8 +5,19 @@
 The same fields and methods, as C structs and calls: the unified tree's hot paths read and link
 nodes without a dictionary or attribute lookup. Keys stay 1-D contiguous int64 numpy arrays
 (page ids), read through their data pointer.
+
+Nodes are not tracked by Python's cycle collector (``no_gc`` below): the collector
+walked every live node of a large tree on each full collection. The only reference cycles among
+nodes are the tree's own links (parent and children, the LRU list's neighbours and sentinels),
+and nothing a node references refers back to it (keys and values are numpy arrays, ids ints).
+A node that leaves the tree (``_delete_leaf``) has those links cut already and is freed by its
+reference count. What remains is cut when the owner goes: the tree's dealloc runs
+:func:`unlink_tree` over its nodes, the LRU list's dealloc unlinks its sentinels; both owners are
+``no_gc_clear``, so the collector never empties their fields before that dealloc can walk them.
+``tests/test_core_node_gc.py`` proves a dropped tree frees every node.
 """
 
+cimport cython
 cimport numpy as cnp
 from libc.stdint cimport int64_t
 
@@ -15,6 +26,7 @@ import numpy as np
 cnp.import_array()
 
 
+@cython.no_gc
 cdef class TreeNode:
     """:class:`simulator.radix.node.TreeNode` with C fields (see there for their meaning)."""
 
@@ -43,13 +55,48 @@ cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, lon
     return node
 
 
+cdef void unlink_tree(TreeNode root) noexcept:
+    """Cut every link of the tree under ``root`` (parents, children, LRU neighbours), so that its
+    nodes, which the cycle collector does not see, are freed by their reference counts."""
+    if root is None:
+        return
+    cdef list stack = [root]
+    cdef TreeNode x
+    cdef dict kids
+    while stack:
+        x = <TreeNode>stack.pop()
+        kids = x.children
+        if kids:
+            stack.extend(kids.values())
+            kids.clear()
+        x.parent = None
+        x.lru_prev = None
+        x.lru_next = None
+        x.full_prev = None
+        x.full_next = None
+
+
 # key_at and match_keys are inline functions of _core_node.pxd (inlined in every module that
 # cimports them, instead of a call through the module's function table)
 
 
+@cython.no_gc_clear
 cdef class SwaLRUList:
     """:class:`simulator.radix.node.SwaLRUList`: head side = most recently used; the eviction
     walk starts at the tail and skips nodes whose SWA lock counter is positive."""
+
+    def __dealloc__(self):
+        # unlink the list (its sentinels point at each other): nodes are not GC-tracked
+        cdef TreeNode x = self.head
+        cdef TreeNode nxt
+        while x is not None:
+            nxt = x.lru_next
+            x.lru_prev = None
+            x.lru_next = None
+            x = nxt
+        x = self.tail
+        if x is not None:
+            x.lru_prev = None
 
     def __init__(self):
         self.kind = "swa"

@@ -45,13 +45,14 @@ cdef inline cnp.ndarray as_key(object key):
 
 
 @cython.final
+@cython.no_gc_clear  # as TreeCore: its dealloc unlinks the nodes (_core_node.pyx)
 cdef class UnifiedSWARadixTree(TreeCore):
     """:class:`simulator.radix.unified.UnifiedSWARadixTree`, compiled (same attributes)."""
 
     generation = "unified"
 
     # ------------------------------------------------------------------ match
-    def match_prefix(self, key):
+    cpdef match_prefix(self, key):
         """``UnifiedTreeCore._match_prefix_helper`` + ``_match_post_processor``."""
         cdef cnp.ndarray k = as_key(key)
         self.n_match += 1
@@ -99,7 +100,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
         return MatchResult(prefix, best, full_hit, aligned if aligned > prefix else None)
 
     # ------------------------------------------------------------------ locks
-    def lock(self, TreeNode node):
+    cpdef lock(self, TreeNode node):
         """``UnifiedTreeCore.inc_lock_ref``: FULL path lock + SWA window lock with a receipt."""
         self.n_lock += 1
         cdef TreeNode cur = node
@@ -149,7 +150,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             cur = cur.parent
         return full, swa
 
-    def unlock(self, receipt):
+    cpdef unlock(self, receipt):
         """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
         if receipt is None:
             return
@@ -196,6 +197,22 @@ cdef class UnifiedSWARadixTree(TreeCore):
         reason="",
     ):
         """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` (``UnifiedInsert.insert``)."""
+        return self.c_insert(
+            key, prev_prefix_len, inserted_len, swa_evicted_seqlen, priority, protected_node, values, reason
+        )
+
+    cpdef tuple c_insert(
+        self,
+        key,
+        long long prev_prefix_len,
+        long long inserted_len,
+        long long swa_evicted_seqlen,
+        long long priority,
+        protected_node,
+        values,
+        reason,
+    ):
+        """``insert`` with every argument given (the compiled cache controller's call)."""
         cdef cnp.ndarray k = as_key(key)
         self.n_insert += 1
         cdef long long p = self.page_size

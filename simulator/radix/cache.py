@@ -18,7 +18,7 @@ from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
 from simulator.radix.legacy import LegacySWARadixTree
 from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, decode_jump_ids, free_row_ids
-from simulator.radix.unified import UnifiedSWARadixTree
+from simulator.radix.unified import UnifiedSWARadixTree, compiled_core
 from simulator.request_kv import ReqKV, floor_page
 from simulator.swa_window import free_out_of_window_0523
 
@@ -69,6 +69,9 @@ class SWACacheController:
         self.hybrid = True  # FULL + SWA pools; False: a full-attention model (build_controller)
         # a full-attention model's one-component unified tree (UnifiedSWACache._split_at_prompt)
         self.split_at_prompt = False
+        # the tree where it is the compiled core (unified.compiled_core), else None: the compiled
+        # controller calls that tree's API in C (cache.pxd); the same calls as through ``tree``
+        self._core = None
 
     # ------------------------------------------------------------ recording
     def start_recording(self, need_sort: bool = False) -> MemoryOpExecutor:
@@ -152,7 +155,11 @@ class SWACacheController:
         req.extend_end = fill_len  # admission may shorten it to one chunk
         limit = max(0, fill_len - 1)
         n_pages = limit // self.page_size
-        result = self.tree.match_prefix(req.pages[:n_pages])
+        core = self._core
+        if core is not None:
+            result = core.match_prefix(req.pages[:n_pages])
+        else:
+            result = self.tree.match_prefix(req.pages[:n_pages])
         req.prefix_len = result.device_prefix_len
         req.last_node = result.last_node
         req.swa_branching_seqlen = result.swa_branching_seqlen
@@ -164,7 +171,8 @@ class SWACacheController:
 
     def lock_prefix(self, req: ReqKV) -> None:
         """``PrefillAdder._commit_prefill_admission``: ``req.lock = tree.lock(req.last_node)``."""
-        req.lock = self.tree.lock(req.last_node)
+        core = self._core
+        req.lock = core.lock(req.last_node) if core is not None else self.tree.lock(req.last_node)
 
     def alloc_for_extend(self, reqs: list[ReqKV] | ReqKV) -> None:
         """``mem_cache/allocation.py:alloc_for_extend`` for one prefill batch.
@@ -285,7 +293,11 @@ class SWACacheController:
         """``release_kv_cache(checkpoint=False)``: retraction / abort, nothing enters the tree."""
         if req.holds_kv:
             self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
-        self.tree.unlock(req.lock)
+        core = self._core
+        if core is not None:
+            core.unlock(req.lock)
+        else:
+            self.tree.unlock(req.lock)
         req.lock = None
         req.holds_kv = False
 
@@ -321,6 +333,9 @@ class SWACacheController:
     def evictable_tokens(self) -> tuple[int, int]:
         """(FULL, SWA) tokens eviction could free: the tree's unlocked leaves' ledgers
         (``full_evictable_size`` / ``swa_evictable_size``). The one definition of evictable."""
+        core = self._core
+        if core is not None:
+            return core.full_evictable, core.swa_evictable
         t = self.tree
         return t.full_evictable, t.swa_evictable
 
@@ -332,16 +347,26 @@ class SWACacheController:
     def room_tokens(self) -> tuple[int, int]:
         """(FULL, SWA) tokens a batch may use counting what eviction would free:
         available + evictable (``PrefillAdder.rem_total_tokens`` before offsets)."""
-        a, t = self.allocator, self.tree
+        a = self.allocator
         p = a.page_size  # full_available_size() / swa_available_size(), inlined (a hot path)
-        return a.full_free * p + t.full_evictable, a.swa_free * p + t.swa_evictable
+        core = self._core
+        if core is not None:
+            full_ev, swa_ev = core.full_evictable, core.swa_evictable
+        else:
+            full_ev, swa_ev = self.tree.full_evictable, self.tree.swa_evictable
+        return a.full_free * p + full_ev, a.swa_free * p + swa_ev
 
     def used_tokens(self) -> tuple[int, int]:
         """``#full token`` / ``#swa token`` of SGLang's logs: capacity - (available + evictable)."""
-        a, t = self.allocator, self.tree
+        a = self.allocator
         p = a.page_size  # the capacities and available sizes, inlined (a hot path)
-        full = a.full_pages * p - (a.full_free * p + t.full_evictable)
-        swa = a.swa_pages * p - (a.swa_free * p + t.swa_evictable)
+        core = self._core
+        if core is not None:
+            full_ev, swa_ev = core.full_evictable, core.swa_evictable
+        else:
+            full_ev, swa_ev = self.tree.full_evictable, self.tree.swa_evictable
+        full = a.full_pages * p - (a.full_free * p + full_ev)
+        swa = a.swa_pages * p - (a.swa_free * p + swa_ev)
         return full, swa
 
     def free_pages(self) -> tuple[int, int]:
@@ -406,6 +431,7 @@ class UnifiedSWACache(SWACacheController):
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order) -> None:
         super().__init__(allocator, window)
         self.tree = UnifiedSWARadixTree(allocator.page_size, window, allocator, eviction_order)
+        self._core = compiled_core(self.tree)
 
     def _split_at_prompt(self, req: ReqKV, aligned: int) -> None:
         """``UnifiedRadixCache.checkpoint_into_tree`` with the FULL component alone: a second
@@ -446,22 +472,26 @@ class UnifiedSWACache(SWACacheController):
             return
         aligned = effective // p * p  # floor_page, inlined (a hot path)
         rows = req.kv_pages
-        _, target = self.tree.insert(
-            req.pages[: aligned // p],
-            req.cache_protected_len,
-            req.cache_inserted_len,
-            req.swa_evicted_seqlen,
-            protected_node=req.last_node if req.lock is not None else None,
-            values=None if rows is None else rows[: aligned // p],
-            reason=req.rid,
-        )
+        core = self._core
+        key = req.pages[: aligned // p]
+        protected = req.last_node if req.lock is not None else None
+        values = None if rows is None else rows[: aligned // p]
+        cached, inserted, evicted = req.cache_protected_len, req.cache_inserted_len, req.swa_evicted_seqlen
+        if core is not None:
+            _, target = core.c_insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
+        else:
+            _, target = self.tree.insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
         if rows is not None:  # the row now points at the tree's pages (req_to_token rewrite)
             req.kv_pages = np.concatenate([self.tree.path_values(target), rows[aligned // p :]])
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
         if self.split_at_prompt:
             self._split_at_prompt(req, aligned)
-        self.tree.unlock(req.lock)
-        req.lock = self.tree.lock(target) if relock else None
+        if core is not None:
+            core.unlock(req.lock)
+            req.lock = core.lock(target) if relock else None
+        else:
+            self.tree.unlock(req.lock)
+            req.lock = self.tree.lock(target) if relock else None
         req.cache_protected_len = aligned
         req.last_node = target
         # SWAComponent.cleanup_after_caching_req
@@ -481,7 +511,11 @@ class UnifiedSWACache(SWACacheController):
             owned = req.kv_allocated_len
         self.checkpoint(req, owned, finished=True, relock=False)
         self._free_row_range(req, req.cache_protected_len, req.kv_allocated_len)
-        self.tree.unlock(req.lock)
+        core = self._core
+        if core is not None:
+            core.unlock(req.lock)
+        else:
+            self.tree.unlock(req.lock)
         req.lock = None
         req.holds_kv = False
 

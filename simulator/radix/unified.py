@@ -447,3 +447,11 @@ def pure_python_requested() -> bool:
 
 if not pure_python_requested():
     UnifiedSWARadixTree = compiled_tree_class() or PureUnifiedSWARadixTree  # type: ignore[misc]
+
+
+def compiled_core(tree: object) -> object | None:
+    """``tree`` where it is the compiled class (the compiled cache controller then calls its API
+    in C, ``cache.pxd``), else None (the pure-Python tree, or HiCache's)."""
+    if UnifiedSWARadixTree is PureUnifiedSWARadixTree:
+        return None
+    return tree if type(tree) is UnifiedSWARadixTree else None
