@@ -134,7 +134,9 @@ class FastForwardMixin:
             req.extend_end = req.prefix_len + new_len
         queued0 = len(self.waiting)
         if t > self.env.now:
-            yield self.env.timeout(t - self.env.now)
+            dur = t - self.env.now
+            if not self._clock_skips(dur):  # no event due before the train ends: no timeout
+                yield self.env.timeout(dur)
         # the batch records, with the queue each chunk's end saw (arrivals wait out the train)
         arrivals = sorted(r.sim.arrival_s for r in self.waiting[queued0:])
         for t0, t1, ext, cached, full_used, swa_used in records:
