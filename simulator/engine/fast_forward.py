@@ -23,6 +23,7 @@ from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
 
 MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
+_URGENT = simpy.events.URGENT  # the priority of events that go before others of their instant
 
 
 class _DeferredFrees:
@@ -35,19 +36,6 @@ class _DeferredFrees:
 _DEFERRED_FREES = _DeferredFrees()
 
 
-class _UrgentTimeout(simpy.events.Timeout):
-    """A timeout that fires before ordinary events of the same instant (simpy's URGENT)."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        # simpy.events.Timeout.__init__ with URGENT instead of NORMAL priority
-        self.env = env
-        self.callbacks = []
-        self._value = None
-        self._delay = delay
-        self._ok = True
-        env.schedule(self, simpy.events.URGENT, delay)
-
-
 class _FinishChain:
     """Tells clients of the finishes inside one decode jump, at their exact times.
 
@@ -55,19 +43,27 @@ class _FinishChain:
     request: an arrival usually cuts a jump short, and the next jump would otherwise schedule
     the same finishes again. The events are URGENT so that, as when each step ran on its own,
     a finish at the jump's last step reaches its client before the server resumes.
+
+    The chain is its own event, scheduled again for each finishing step (simpy's
+    ``Environment.step`` reads only an event's ``callbacks``, and ``_ok``): the queue gets the
+    same entries at the same moments as with a fresh ``Timeout`` each, without the objects.
     """
 
-    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit")
+    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit", "callbacks", "_ok")
 
     def __init__(self, server, batch: list, finishing: list[tuple[int, int]], clock: DecodeClock) -> None:
         self.server, self.batch, self.finishing, self.clock = server, batch, finishing, clock
         self.pos = 0
         self.limit = clock.steps  # steps at or past it are not reached (the jump was cut short)
+        self._ok = True  # an event that never fails
+        self.callbacks = None
         self._schedule(server.env.now)
 
     def _schedule(self, now: float) -> None:
         step = self.finishing[self.pos][0]
-        _UrgentTimeout(self.server.env, self.clock.end(step) - now).callbacks.append(self._fire)
+        # what a Timeout of this delay with URGENT priority does (simpy.events.Timeout)
+        self.callbacks = [_fire_chain]
+        self.server.env.schedule(self, _URGENT, self.clock.end(step) - now)
 
     def _fire(self, _event) -> None:
         finishing = self.finishing
@@ -81,6 +77,11 @@ class _FinishChain:
             self.pos += 1
         if self.pos < n and finishing[self.pos][0] < self.limit:
             self._schedule(t)
+
+
+def _fire_chain(chain: _FinishChain) -> None:
+    """The callback of a :class:`_FinishChain`'s event (the chain itself)."""
+    chain._fire(chain)
 
 
 class FastForwardMixin:
@@ -225,7 +226,7 @@ def plan_jump(server, k: int, now: float) -> tuple:
     arrival = min(arrival, server._jump_deadline)  # HiCache: end before the next transfer ack
     segments, clock = price_jump(server.costs, seqs, last, k, now, arrival, 0, server.window)
     m = clock.steps
-    if arrival < clock.last_end:
+    if arrival < clock.priced_end():
         # the announced arrival lands in step m - 1: the jump ends with that step
         m = clock.steps_ended_by(arrival) + 1
     finishing = finishing_steps(batch, last, m)
@@ -328,7 +329,9 @@ def price_jump(
         n = len(members)
         clock.add(b - a, costs.decode_terms(n)[0], n, x0, y0, below)
         a = b
-        if clock.last_end > arrival and (not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond):
+        if clock.priced_end() > arrival and (
+            not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond
+        ):
             break  # the announced arrival comes first: price no further
     return segments, clock
 
