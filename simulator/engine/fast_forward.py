@@ -16,7 +16,6 @@ import math
 import simpy
 
 from policies.swa_eviction import DecodeContext
-from simulator.engine.admission import chunk_continuation, running_offset
 from simulator.engine.decode_clock import DecodeClock, segment_sums
 from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.server_state import ServerReq
@@ -98,53 +97,15 @@ class FastForwardMixin:
         clock advanced once. The last (untruncated) chunk goes back to the scheduler, which may
         batch waiting requests with it.
         """
-        t = self.env.now
-        records: list[tuple] = []
-        while True:
-            t0 = t
-            cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
-            if self.ops is not None:
-                self._begin_prefill_step([req], t0)
-            try:
-                self.cache.alloc_for_extend([req])
-            except OutOfMemory as exc:
-                self.chunked = None
-                self._abort(req, str(exc))
-                break
-            self.forward_ct += 1
-            ext = req.extend_end - req.prefix_len
-            dur = self.costs.prefill_time([ext], [req.prefix_len])
-            full_used, swa_used = self.cache.used_tokens()
-            t = t0 + dur
-            records.append((t0, t, ext, cached_before, full_used, swa_used))
-            self.cache.free_group_begin()
-            self.cache.checkpoint(req, req.extend_end, finished=False)  # stash_chunked_request
-            req.prefix_len = req.extend_end
-            self.cache.free_group_end()
-            self._check()
-            new_len, truncated = chunk_continuation(
-                req,
-                self.cache,
-                self.pools.chunked_prefill_size,
-                running_offset(self.running, self.ratio.current),
-            )
-            if new_len <= 0 or not truncated:
-                break  # the scheduler's own pass takes the last chunk
-            if self.waiting:  # this chunk's pass orders the queue too (no room depends on it)
-                self._calc_priority()
-            req.extend_end = req.prefix_len + new_len
-        queued0 = len(self.waiting)
+        # chunk_train.pxd cimports ServerCore: imported here, once server.py has loaded
+        from simulator.engine.chunk_train import report_chunks, run_chunks
+
+        t, records, queued0 = run_chunks(self, req)
         if t > self.env.now:
             dur = t - self.env.now
             if not self._clock_skips(dur):  # no event due before the train ends: no timeout
                 yield self.env.timeout(dur)
-        # the batch records, with the queue each chunk's end saw (arrivals wait out the train)
-        arrivals = sorted(r.sim.arrival_s for r in self.waiting[queued0:])
-        for t0, t1, ext, cached, full_used, swa_used in records:
-            queue = queued0 + bisect.bisect_right(arrivals, t1)
-            self.obs.on_prefill_batch(
-                t0, t1, [req.sim], ext, cached, full_used, swa_used, len(self.running), queue
-            )
+        report_chunks(self, req, records, queued0)  # arrivals wait out the train
 
     def _quiet_steps(self) -> int:
         """Upcoming decode steps that need no scheduling decision and cannot retract.
