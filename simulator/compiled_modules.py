@@ -33,6 +33,7 @@ COMPILED_MODULES = (
     "simulator.engine.failures",
     "simulator.engine.overlap",
     "simulator.engine.overlap_jump",
+    "simulator.engine.chunk_train",
     "simulator.engine.metrics",
     "simulator.engine.rounds",
     "simulator.engine.request_rows",

@@ -37,19 +37,26 @@ class LinearCost:
 def _serve(cfg: SimConfig, skips: bool, monkeypatch, closed: bool, seed: int = 5):
     """Serve a seeded mix of sessions (open-loop arrivals, or each turn after the last one's
     finish); ``skips`` False forces a timeout for every wait. Returns what the run decided."""
-    calls = {"skipped": 0}
+    calls = {"skipped": 0, "train_skipped": 0}
     with monkeypatch.context() as m:
         if not skips:
             m.setattr(ServerModel, "_clock_skips", lambda self, dur: False)
         else:
             real = ServerModel._clock_skips
+            real_train = ServerModel._run_chunk_train
 
             def counting(self, dur):
                 moved = real(self, dur)
                 calls["skipped"] += moved
                 return moved
 
+            def train(self, req):  # the chunk train's own wait (fast_forward.py) is skipped too
+                before = calls["skipped"]
+                yield from real_train(self, req)
+                calls["train_skipped"] += calls["skipped"] - before
+
             m.setattr(ServerModel, "_clock_skips", counting)
+            m.setattr(ServerModel, "_run_chunk_train", train)
         rng = np.random.default_rng(seed)
         env = simpy.Environment()
         server = ServerModel(env, cfg, POOLS, LinearCost())
@@ -74,7 +81,7 @@ def _serve(cfg: SimConfig, skips: bool, monkeypatch, closed: bool, seed: int = 5
             env.process(client(c))
         env.run()
     rows = sorted((r.rid, r.arrival_s, r.first_token_s, r.finish_s, r.cached_tokens) for r in done)
-    return rows, server.counters(), env.now, calls["skipped"]
+    return rows, server.counters(), env.now, calls["skipped"], calls["train_skipped"]
 
 
 @pytest.mark.parametrize("overlap", [False, True])
@@ -85,6 +92,8 @@ def test_skipped_timeouts_change_nothing(monkeypatch, overlap, fast_forward, clo
     with_events = _serve(cfg, False, monkeypatch, closed)
     skipped = _serve(cfg, True, monkeypatch, closed)
     assert skipped[3] > 0  # the scenario does move the clock without events
+    if fast_forward and not overlap:  # trains run in the plain loop, with fast-forward on
+        assert skipped[4] > 0  # a train of prefill chunks among them
     assert skipped[:3] == with_events[:3]
 
 

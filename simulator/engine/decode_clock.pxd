@@ -30,6 +30,8 @@ cdef class DecodeClock:
                    i=cython.Py_ssize_t)
     cpdef double end(self, long long step) except? -1.0
 
+    cpdef double priced_end(self) except? -1.0
+
     @cython.locals(i=cython.Py_ssize_t, start=cython.longlong, length=cython.longlong,
                    e=cython.double, alpha=cython.double, beta=cython.double, d=cython.double,
                    b=cython.double, disc=cython.double, guess=cython.double)

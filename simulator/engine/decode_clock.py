@@ -111,6 +111,10 @@ class DecodeClock:
     @property
     def last_end(self) -> float:
         """When the last step priced so far ends (the start time before any step)."""
+        return self.priced_end()
+
+    def priced_end(self) -> float:
+        """:attr:`last_end` as a method: a C call from the compiled jump's loops."""
         return self.end(self.steps - 1) if self.steps else self._e
 
     @property

@@ -36,5 +36,5 @@ cdef class JumpColumns:
     @cython.locals(g=cython.longlong, m=cython.longlong, start=cython.longlong,
                    length=cython.longlong, s=cython.longlong, pages=cython.longlong,
                    p=cython.longlong, seg=JumpSegment, pieces=list, opens=list, frees=list,
-                   segs=list)
+                   segs=list, released=list)
     cpdef add(self, DecodeJump jump)

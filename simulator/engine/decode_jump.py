@@ -122,23 +122,36 @@ class JumpColumns:
         self._released: list[int] = []  # per segment ending in releases: last step, full, swa
 
     def add(self, jump: DecodeJump) -> None:
+        # one append per number: no tuple is built to extend a column with
         g, m = self.steps, jump.steps
         pieces = self._pieces
         for start, length, e, alpha, beta in jump.clock.pieces:
             if start >= m:  # priced, but the jump was cut short before it
                 break
-            pieces += (g + start, min(length, m - start), e, alpha, beta)
+            pieces.append(g + start)
+            pieces.append(length if length < m - start else m - start)  # min(length, m - start)
+            pieces.append(e)
+            pieces.append(alpha)
+            pieces.append(beta)
         opens = self._opens
         for s in jump.opens:
             opens.append(g + s)
         frees = self._frees
         for s, pages in jump.swa_frees:
-            frees += (g + s, pages)
+            frees.append(g + s)
+            frees.append(pages)
         segs, p = self._segs, jump.page_size
+        released = self._released
         for seg in jump.segments:
-            segs += (g + seg.first, seg.end - seg.first, seg.full_base, seg.swa_base, p)
+            segs.append(g + seg.first)
+            segs.append(seg.end - seg.first)
+            segs.append(seg.full_base)
+            segs.append(seg.swa_base)
+            segs.append(p)
             if seg.full_released or seg.swa_released:
-                self._released += (g + seg.end - 1, seg.full_released, seg.swa_released)
+                released.append(g + seg.end - 1)
+                released.append(seg.full_released)
+                released.append(seg.swa_released)
         self.steps = g + m
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -26,12 +26,17 @@ cdef class _FinishChain:
     cdef object clock
     cdef Py_ssize_t pos
     cdef public long long limit
+    cdef public object callbacks  # simpy's Environment.step reads and clears them
+    cdef public bint _ok
 
     @cython.locals(step=cython.longlong)
     cpdef _schedule(self, double now)
 
     @cython.locals(step=cython.longlong, finishing=list, n=cython.Py_ssize_t)
     cpdef _fire(self, _event)
+
+
+cpdef _fire_chain(_FinishChain chain)
 
 
 @cython.locals(batch=list, seqs=list, last=list, segments=list, clock=DecodeClock,

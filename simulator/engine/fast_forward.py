@@ -16,13 +16,13 @@ import math
 import simpy
 
 from policies.swa_eviction import DecodeContext
-from simulator.engine.admission import chunk_continuation, running_offset
 from simulator.engine.decode_clock import DecodeClock, segment_sums
 from simulator.engine.decode_jump import DecodeJump, JumpSegment
 from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
 
 MAX_JUMP = 1024  # decode steps per fast-forward jump (an arrival usually ends one earlier)
+_URGENT = simpy.events.URGENT  # the priority of events that go before others of their instant
 
 
 class _DeferredFrees:
@@ -35,19 +35,6 @@ class _DeferredFrees:
 _DEFERRED_FREES = _DeferredFrees()
 
 
-class _UrgentTimeout(simpy.events.Timeout):
-    """A timeout that fires before ordinary events of the same instant (simpy's URGENT)."""
-
-    def __init__(self, env: simpy.Environment, delay: float) -> None:
-        # simpy.events.Timeout.__init__ with URGENT instead of NORMAL priority
-        self.env = env
-        self.callbacks = []
-        self._value = None
-        self._delay = delay
-        self._ok = True
-        env.schedule(self, simpy.events.URGENT, delay)
-
-
 class _FinishChain:
     """Tells clients of the finishes inside one decode jump, at their exact times.
 
@@ -55,19 +42,27 @@ class _FinishChain:
     request: an arrival usually cuts a jump short, and the next jump would otherwise schedule
     the same finishes again. The events are URGENT so that, as when each step ran on its own,
     a finish at the jump's last step reaches its client before the server resumes.
+
+    The chain is its own event, scheduled again for each finishing step (simpy's
+    ``Environment.step`` reads only an event's ``callbacks``, and ``_ok``): the queue gets the
+    same entries at the same moments as with a fresh ``Timeout`` each, without the objects.
     """
 
-    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit")
+    __slots__ = ("server", "batch", "finishing", "clock", "pos", "limit", "callbacks", "_ok")
 
     def __init__(self, server, batch: list, finishing: list[tuple[int, int]], clock: DecodeClock) -> None:
         self.server, self.batch, self.finishing, self.clock = server, batch, finishing, clock
         self.pos = 0
         self.limit = clock.steps  # steps at or past it are not reached (the jump was cut short)
+        self._ok = True  # an event that never fails
+        self.callbacks = None
         self._schedule(server.env.now)
 
     def _schedule(self, now: float) -> None:
         step = self.finishing[self.pos][0]
-        _UrgentTimeout(self.server.env, self.clock.end(step) - now).callbacks.append(self._fire)
+        # what a Timeout of this delay with URGENT priority does (simpy.events.Timeout)
+        self.callbacks = [_fire_chain]
+        self.server.env.schedule(self, _URGENT, self.clock.end(step) - now)
 
     def _fire(self, _event) -> None:
         finishing = self.finishing
@@ -81,6 +76,11 @@ class _FinishChain:
             self.pos += 1
         if self.pos < n and finishing[self.pos][0] < self.limit:
             self._schedule(t)
+
+
+def _fire_chain(chain: _FinishChain) -> None:
+    """The callback of a :class:`_FinishChain`'s event (the chain itself)."""
+    chain._fire(chain)
 
 
 class FastForwardMixin:
@@ -97,51 +97,15 @@ class FastForwardMixin:
         clock advanced once. The last (untruncated) chunk goes back to the scheduler, which may
         batch waiting requests with it.
         """
-        t = self.env.now
-        records: list[tuple] = []
-        while True:
-            t0 = t
-            cached_before = req.prefix_len if not req.holds_kv and not req.retracted_stain else 0
-            if self.ops is not None:
-                self._begin_prefill_step([req], t0)
-            try:
-                self.cache.alloc_for_extend([req])
-            except OutOfMemory as exc:
-                self.chunked = None
-                self._abort(req, str(exc))
-                break
-            self.forward_ct += 1
-            ext = req.extend_end - req.prefix_len
-            dur = self.costs.prefill_time([ext], [req.prefix_len])
-            full_used, swa_used = self.cache.used_tokens()
-            t = t0 + dur
-            records.append((t0, t, ext, cached_before, full_used, swa_used))
-            self.cache.free_group_begin()
-            self.cache.checkpoint(req, req.extend_end, finished=False)  # stash_chunked_request
-            req.prefix_len = req.extend_end
-            self.cache.free_group_end()
-            self._check()
-            new_len, truncated = chunk_continuation(
-                req,
-                self.cache,
-                self.pools.chunked_prefill_size,
-                running_offset(self.running, self.ratio.current),
-            )
-            if new_len <= 0 or not truncated:
-                break  # the scheduler's own pass takes the last chunk
-            if self.waiting:  # this chunk's pass orders the queue too (no room depends on it)
-                self._calc_priority()
-            req.extend_end = req.prefix_len + new_len
-        queued0 = len(self.waiting)
+        # chunk_train.pxd cimports ServerCore: imported here, once server.py has loaded
+        from simulator.engine.chunk_train import report_chunks, run_chunks
+
+        t, records, queued0 = run_chunks(self, req)
         if t > self.env.now:
-            yield self.env.timeout(t - self.env.now)
-        # the batch records, with the queue each chunk's end saw (arrivals wait out the train)
-        arrivals = sorted(r.sim.arrival_s for r in self.waiting[queued0:])
-        for t0, t1, ext, cached, full_used, swa_used in records:
-            queue = queued0 + bisect.bisect_right(arrivals, t1)
-            self.obs.on_prefill_batch(
-                t0, t1, [req.sim], ext, cached, full_used, swa_used, len(self.running), queue
-            )
+            dur = t - self.env.now
+            if not self._clock_skips(dur):  # no event due before the train ends: no timeout
+                yield self.env.timeout(dur)
+        report_chunks(self, req, records, queued0)  # arrivals wait out the train
 
     def _quiet_steps(self) -> int:
         """Upcoming decode steps that need no scheduling decision and cannot retract.
@@ -223,7 +187,7 @@ def plan_jump(server, k: int, now: float) -> tuple:
     arrival = min(arrival, server._jump_deadline)  # HiCache: end before the next transfer ack
     segments, clock = price_jump(server.costs, seqs, last, k, now, arrival, 0, server.window)
     m = clock.steps
-    if arrival < clock.last_end:
+    if arrival < clock.priced_end():
         # the announced arrival lands in step m - 1: the jump ends with that step
         m = clock.steps_ended_by(arrival) + 1
     finishing = finishing_steps(batch, last, m)
@@ -326,7 +290,9 @@ def price_jump(
         n = len(members)
         clock.add(b - a, costs.decode_terms(n)[0], n, x0, y0, below)
         a = b
-        if clock.last_end > arrival and (not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond):
+        if clock.priced_end() > arrival and (
+            not beyond or clock.steps > clock.steps_ended_by(arrival) + beyond
+        ):
             break  # the announced arrival comes first: price no further
     return segments, clock
 
