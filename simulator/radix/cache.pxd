@@ -10,6 +10,7 @@ cimport cython
 from simulator.kv_allocator cimport SWAKVAllocator
 from simulator.radix._core_base cimport TreeCore
 from simulator.request_kv cimport ReqKV
+from simulator.swa_window cimport free_out_of_window_0523
 
 
 cdef class SWACacheController:

@@ -156,10 +156,10 @@ class SWACacheController:
         limit = max(0, fill_len - 1)
         n_pages = limit // self.page_size
         core = self._core
-        if core is not None:
-            result = core.match_prefix(req.pages[:n_pages])
-        else:
-            result = self.tree.match_prefix(req.pages[:n_pages])
+        if core is not None:  # the compiled tree: its match_prefix(pages[:n_pages]) as a tuple
+            req.prefix_len, req.last_node, req.swa_branching_seqlen = core.c_match(req.pages, n_pages)
+            return
+        result = self.tree.match_prefix(req.pages[:n_pages])
         req.prefix_len = result.device_prefix_len
         req.last_node = result.last_node
         req.swa_branching_seqlen = result.swa_branching_seqlen
