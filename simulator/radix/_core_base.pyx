@@ -391,6 +391,7 @@ cdef class TreeCore:
     cpdef tuple c_insert(
         self,
         key,
+        Py_ssize_t n_pages,
         long long prev_prefix_len,
         long long inserted_len,
         long long swa_evicted_seqlen,

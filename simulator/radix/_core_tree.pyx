@@ -217,13 +217,23 @@ cdef class UnifiedSWARadixTree(TreeCore):
         reason="",
     ):
         """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` (``UnifiedInsert.insert``)."""
+        cdef cnp.ndarray k = as_key(key)
         return self.c_insert(
-            key, prev_prefix_len, inserted_len, swa_evicted_seqlen, priority, protected_node, values, reason
+            k,
+            cnp.PyArray_DIM(k, 0),
+            prev_prefix_len,
+            inserted_len,
+            swa_evicted_seqlen,
+            priority,
+            protected_node,
+            values,
+            reason,
         )
 
     cpdef tuple c_insert(
         self,
         key,
+        Py_ssize_t n_pages,
         long long prev_prefix_len,
         long long inserted_len,
         long long swa_evicted_seqlen,
@@ -232,14 +242,18 @@ cdef class UnifiedSWARadixTree(TreeCore):
         values,
         reason,
     ):
-        """``insert`` with every argument given (the compiled cache controller's call)."""
+        """``insert(key[:n_pages], ...)`` with every argument given (the compiled cache
+        controller's call: no slice of the request's pages)."""
         cdef cnp.ndarray k = as_key(key)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
+        if n_pages < 0:  # a slice's negative stop
+            n_pages = max(0, n + n_pages)
+        n = min(n, n_pages)
         self.n_insert += 1
         cdef long long p = self.page_size
         cdef TreeNode root = self.root
         root.last_access_time = self._tick()
         root.priority = max(root.priority, priority)
-        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
         if n == 0:
             return 0, root
         cdef TreeNode node = root

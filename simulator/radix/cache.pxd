@@ -86,7 +86,7 @@ cdef class UnifiedSWACache(SWACacheController):
 
     @cython.locals(p=cython.longlong, effective=cython.longlong, aligned=cython.longlong,
                    core=TreeCore, cached=cython.longlong, inserted=cython.longlong,
-                   evicted=cython.longlong)
+                   evicted=cython.longlong, n_pages=cython.longlong)
     cpdef checkpoint(self, ReqKV req, long long up_to, bint finished, bint relock=*)
 
     @cython.locals(core=TreeCore)
