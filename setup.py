@@ -17,7 +17,7 @@ from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-CORE_MODULES = ("_core_node", "_core_heap", "_core_base", "_core_tree")
+CORE_MODULES = ("_core_node", "_core_heap", "_core_base", "_core_tree", "_core_alloc")
 # the plain modules compiled from their .py: Python's semantics for every untyped name, so no
 # annotation turns into a C type; no fused multiply-add where Cython infers a C double
 PLAIN_DIRECTIVES = dict(language_level=3, annotation_typing=False, binding=True)

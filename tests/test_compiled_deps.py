@@ -13,7 +13,7 @@ import simulator.compiled_modules as cm
 
 def test_cache_pxd_cimports_the_allocator() -> None:
     pxd = cm.source_path("simulator.radix.cache")[: -len(".py")] + ".pxd"
-    assert cm.pxd_cimports(pxd) == ["simulator.kv_allocator", "simulator.request_kv"]
+    assert cm.pxd_cimports(pxd) == ["simulator.kv_allocator", "simulator.request_kv", "simulator.swa_window"]
 
 
 def test_an_edit_of_a_cimported_module_changes_the_dependent_hash(monkeypatch) -> None:

@@ -2,6 +2,7 @@
 # which the tree class of simulator/radix/_core_tree.pyx extends.
 cimport numpy as cnp
 
+from simulator.radix._alloc_ops cimport AllocOps
 from simulator.radix._core_heap cimport LruLeafHeap
 from simulator.radix._core_node cimport SwaLRUList, TreeNode
 
@@ -27,11 +28,19 @@ cdef class TreeCore:
     cdef public TreeNode root
     cdef bint _lru_key  # the order is exactly LRU: its key in C, no on_evicted hook
     cdef LruLeafHeap _lru_heap  # the lazy heap in C, for exactly LRU (else ``_leaf_heap``)
+    # the compiled allocator's frees and sizes in C (_alloc_ops.pxd), valid while ``allocator``
+    # is ``_ops_allocator``; NULL: call the allocator through Python
+    cdef const AllocOps* _ops
+    cdef object _ops_allocator
     # TreeCounters, as C counts (``counters`` builds the dataclass)
     cdef long long n_match, n_insert, n_lock, n_unlock, n_evict, n_full_evicted, n_swa_evicted
     cdef long long n_leaves_deleted, n_tomb_created, n_tomb_healed, n_tomb_tokens_healed, n_splits
 
     cdef double _tick(self)
+    cdef void _free_full_pages(self, long long n) except *
+    cdef void _free_swa_pages(self, long long n) except *
+    cdef long long _full_available(self) except? -1
+    cdef long long _swa_available(self) except? -1
     cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority)
     cdef void _update_leaf(self, TreeNode node) except *
     cdef object _leaf_key(self, TreeNode node)
@@ -48,6 +57,7 @@ cdef class TreeCore:
     # the tree's API (match, locks, insert), overridden by _core_tree.UnifiedSWARadixTree: a typed
     # caller (the compiled cache controller, cache.pxd) calls them in C
     cpdef match_prefix(self, key)
+    cpdef tuple c_match(self, key, Py_ssize_t n_pages)
     cpdef lock(self, TreeNode node)
     cpdef unlock(self, receipt)
     # ``insert`` with every argument given (no optional C arguments, which an override would
@@ -55,6 +65,7 @@ cdef class TreeCore:
     cpdef tuple c_insert(
         self,
         key,
+        Py_ssize_t n_pages,
         long long prev_prefix_len,
         long long inserted_len,
         long long swa_evicted_seqlen,

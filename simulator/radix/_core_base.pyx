@@ -12,9 +12,19 @@ through Python.
 
 cimport cython
 cimport numpy as cnp
+from cpython.pycapsule cimport PyCapsule_GetPointer
+
+from simulator.radix._alloc_ops cimport AllocOps
 
 from simulator.radix._core_heap cimport LruLeafHeap
-from simulator.radix._core_node cimport SwaLRUList, TreeNode, key_at, new_node, unlink_tree
+from simulator.radix._core_node cimport (
+    SwaLRUList,
+    TreeNode,
+    key_at,
+    key_slice,
+    new_node,
+    unlink_tree,
+)
 
 from heapq import heapify, heappop, heappush, heapreplace
 
@@ -30,6 +40,22 @@ cnp.import_array()
 cdef cnp.ndarray _EMPTY = np.empty(0, dtype=np.int64)
 cdef object _EVICT = OpKind.EVICT
 cdef object _TOMBSTONE = OpKind.TOMBSTONE
+cdef object _ALLOC_OPS = None  # (allocator class, capsule) once loaded; False: not available
+
+
+cdef const AllocOps* alloc_ops(object allocator) except? NULL:
+    """The compiled allocator's C frees and sizes for ``allocator`` where it is exactly the
+    compiled class (``_core_alloc.pyx``), else NULL (then the tree calls it through Python)."""
+    global _ALLOC_OPS
+    if _ALLOC_OPS is None:
+        try:  # fails where simulator.kv_allocator loads as source (its C layout is checked)
+            from simulator.radix._core_alloc import ALLOCATOR, OPS
+            _ALLOC_OPS = (ALLOCATOR, OPS)
+        except Exception:
+            _ALLOC_OPS = False
+    if _ALLOC_OPS is False or type(allocator) is not _ALLOC_OPS[0]:
+        return NULL
+    return <const AllocOps*>PyCapsule_GetPointer(_ALLOC_OPS[1], b"simulator.radix._core_alloc.AllocOps")
 
 
 @cython.no_gc_clear  # its dealloc unlinks the tree's nodes (not GC-tracked): keep its fields
@@ -40,6 +66,8 @@ cdef class TreeCore:
         self.page_size = page_size
         self.window = sliding_window_size
         self.allocator = allocator
+        self._ops = alloc_ops(allocator)
+        self._ops_allocator = allocator
         self.eviction_order = eviction_order
         self._time = 0.0
         self._next_id = 0
@@ -82,6 +110,28 @@ cdef class TreeCore:
         cdef double t = self._time
         self._time += 1.0
         return t
+
+    cdef void _free_full_pages(self, long long n) except *:
+        if self._ops is not NULL and self.allocator is self._ops_allocator:
+            self._ops.free_full_pages(self.allocator, n)
+        else:
+            self.allocator.free_full_pages(n)
+
+    cdef void _free_swa_pages(self, long long n) except *:
+        if self._ops is not NULL and self.allocator is self._ops_allocator:
+            self._ops.free_swa_pages(self.allocator, n)
+        else:
+            self.allocator.free_swa_pages(n)
+
+    cdef long long _full_available(self) except? -1:
+        if self._ops is not NULL and self.allocator is self._ops_allocator:
+            return self._ops.full_available_size(self.allocator)
+        return self.allocator.full_available_size()
+
+    cdef long long _swa_available(self) except? -1:
+        if self._ops is not NULL and self.allocator is self._ops_allocator:
+            return self._ops.swa_available_size(self.allocator)
+        return self.allocator.swa_available_size()
 
     cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority):
         cdef TreeNode node = new_node(self._next_id, key, length, priority)
@@ -183,7 +233,8 @@ cdef class TreeCore:
 
     cdef TreeNode _split(self, TreeNode child, Py_ssize_t pages):
         self.n_splits += 1
-        cdef TreeNode new = self._new_node(child.key[:pages], pages * self.page_size, child.priority)
+        cdef cnp.ndarray ckey = child.key
+        cdef TreeNode new = self._new_node(key_slice(ckey, 0, pages), pages * self.page_size, child.priority)
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         new.parent = child.parent
@@ -194,7 +245,7 @@ cdef class TreeCore:
         new.swa_uuid = child.swa_uuid
         child.swa_uuid = None
         child.parent = new
-        child.key = child.key[pages:]
+        child.key = key_slice(ckey, pages, cnp.PyArray_DIM(ckey, 0))
         child.length -= new.length
         if child.value is not None:
             new.value = child.value[:pages]
@@ -215,12 +266,12 @@ cdef class TreeCore:
         if node.value is not None:
             self.allocator.apply_op(_EVICT, EVICTION, node.value)
         else:
-            self.allocator.free_full_pages(node.length // self.page_size)
+            self._free_full_pages(node.length // self.page_size)
         self.full_evictable -= node.length
         full_ev[0] += node.length
         if node.swa:
             if node.value is None:
-                self.allocator.free_swa_pages(node.length // self.page_size)
+                self._free_swa_pages(node.length // self.page_size)
             self.swa_evictable -= node.length
             swa_ev[0] += node.length
             node.swa = False
@@ -239,7 +290,7 @@ cdef class TreeCore:
         if node.value is not None:
             self.allocator.apply_op(_TOMBSTONE, EVICTION, node.value)
         else:
-            self.allocator.free_swa_pages(node.length // self.page_size)
+            self._free_swa_pages(node.length // self.page_size)
         self.swa_evictable -= node.length
         swa_ev[0] += node.length
         node.swa = False
@@ -249,16 +300,15 @@ cdef class TreeCore:
 
     def evict_for_alloc(self, long long full_shortfall, long long swa_shortfall):
         """``UnifiedRadixCache.evict_for_alloc`` / ``_evict_components`` (FULL pass, then SWA)."""
-        alloc = self.allocator
         cdef long long full_ev = 0, swa_ev = 0
         self.n_evict += 1
-        cdef long long full_target = alloc.full_available_size() + full_shortfall if full_shortfall > 0 else 0
-        cdef long long swa_target = alloc.swa_available_size() + swa_shortfall if swa_shortfall > 0 else 0
-        if full_shortfall > 0 and not alloc.full_available_size() >= full_target:
+        cdef long long full_target = self._full_available() + full_shortfall if full_shortfall > 0 else 0
+        cdef long long swa_target = self._swa_available() + swa_shortfall if swa_shortfall > 0 else 0
+        if full_shortfall > 0 and not self._full_available() >= full_target:
             self._evict_full(full_shortfall, full_target, &full_ev, &swa_ev)
         if (
             swa_shortfall > 0
-            and not alloc.swa_available_size() >= swa_target
+            and not self._swa_available() >= swa_target
             and swa_ev < swa_shortfall
         ):
             self._evict_swa(swa_shortfall, swa_target, &full_ev, &swa_ev)
@@ -270,7 +320,6 @@ cdef class TreeCore:
         self, long long shortfall, long long target, long long* full_ev, long long* swa_ev
     ) except *:
         """FullComponent._evict_device_next_node until ``target`` FULL tokens are available."""
-        alloc = self.allocator
         cdef long long quota = max(shortfall, full_ev[0] + self.full_evictable)
         order = self.eviction_order
         cdef bint lazy = self._lazy_heap
@@ -302,14 +351,13 @@ cdef class TreeCore:
                 break
             last_parent = victim.parent
             self._delete_leaf(victim, full_ev, swa_ev)
-            if alloc.full_available_size() >= target:
+            if self._full_available() >= target:
                 break
 
     cdef void _evict_swa(
         self, long long shortfall, long long target, long long* full_ev, long long* swa_ev
     ) except *:
         """SWAComponent._evict_device_next_node: from the SWA LRU's tail, skipping locked nodes."""
-        alloc = self.allocator
         cdef SwaLRUList lru = self.swa_lru
         cdef TreeNode cursor = lru.c_prev_unlocked(lru.tail)
         cdef TreeNode x
@@ -324,11 +372,14 @@ cdef class TreeCore:
                 self._delete_leaf(x, full_ev, swa_ev)
             else:
                 self._tombstone(x, swa_ev)
-            if alloc.swa_available_size() >= target:
+            if self._swa_available() >= target:
                 break
 
     # ------------------------------------------------------------------ the API (_core_tree.pyx)
     cpdef match_prefix(self, key):
+        raise NotImplementedError
+
+    cpdef tuple c_match(self, key, Py_ssize_t n_pages):
         raise NotImplementedError
 
     cpdef lock(self, TreeNode node):
@@ -340,6 +391,7 @@ cdef class TreeCore:
     cpdef tuple c_insert(
         self,
         key,
+        Py_ssize_t n_pages,
         long long prev_prefix_len,
         long long inserted_len,
         long long swa_evicted_seqlen,

@@ -53,10 +53,12 @@ cdef inline int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept:
     return (<int64_t*>cnp.PyArray_DATA(key))[i]
 
 
-cdef inline Py_ssize_t match_keys(cnp.ndarray node_key, cnp.ndarray key, Py_ssize_t offset) noexcept:
-    """Number of leading pages of ``node_key`` equal to ``key[offset:]`` (``node.match_pages``)."""
+cdef inline Py_ssize_t match_keys(
+    cnp.ndarray node_key, cnp.ndarray key, Py_ssize_t offset, Py_ssize_t end
+) noexcept:
+    """Number of leading pages of ``node_key`` equal to ``key[offset:end]`` (``node.match_pages``)."""
     cdef Py_ssize_t n = cnp.PyArray_DIM(node_key, 0)
-    cdef Py_ssize_t rest = cnp.PyArray_DIM(key, 0) - offset
+    cdef Py_ssize_t rest = end - offset
     if rest < n:
         n = rest
     if n <= 0:
@@ -68,3 +70,20 @@ cdef inline Py_ssize_t match_keys(cnp.ndarray node_key, cnp.ndarray key, Py_ssiz
         if a[i] != b[i]:
             return i
     return n
+
+
+cdef inline cnp.ndarray key_slice(cnp.ndarray key, Py_ssize_t start, Py_ssize_t stop):
+    """``key[start:stop]`` of a 1-D contiguous int64 key (``0 <= start <= stop <= len(key)``):
+    the view numpy's slice makes (same buffer, same base, same writeability), built in C without
+    the generic indexing machinery (a node split's keys, a new leaf's key)."""
+    if not cnp.PyArray_CheckExact(key):
+        return key[start:stop]
+    cdef cnp.npy_intp n = stop - start
+    cdef int flags = cnp.NPY_ARRAY_CARRAY_RO
+    if cnp.PyArray_FLAGS(key) & cnp.NPY_ARRAY_WRITEABLE:
+        flags = cnp.NPY_ARRAY_CARRAY
+    cdef cnp.ndarray view = <cnp.ndarray>cnp.PyArray_New(
+        cnp.ndarray, 1, &n, cnp.NPY_INT64, NULL, (<int64_t*>cnp.PyArray_DATA(key)) + start, 0, flags, None
+    )
+    cnp.set_array_base(view, key)  # numpy's own base rule (the buffer's owner)
+    return view

@@ -14,7 +14,7 @@ cimport numpy as cnp
 from libc.math cimport INFINITY
 
 from simulator.radix._core_base cimport TreeCore
-from simulator.radix._core_node cimport TreeNode, key_at, match_keys
+from simulator.radix._core_node cimport TreeNode, key_at, key_slice, match_keys
 
 import numpy as np
 
@@ -55,13 +55,32 @@ cdef class UnifiedSWARadixTree(TreeCore):
     cpdef match_prefix(self, key):
         """``UnifiedTreeCore._match_prefix_helper`` + ``_match_post_processor``."""
         cdef cnp.ndarray k = as_key(key)
+        cdef long long prefix = 0, full_hit = 0
+        cdef TreeNode best = self._match(k, cnp.PyArray_DIM(k, 0), &prefix, &full_hit)
+        cdef long long aligned = full_hit // self.page_size * self.page_size
+        return MatchResult(prefix, best, full_hit, aligned if aligned > prefix else None)
+
+    cpdef tuple c_match(self, key, Py_ssize_t n_pages):
+        """``match_prefix(key[:n_pages])`` as (device prefix length, last node, SWA branching
+        seqlen): the compiled cache controller's call (no slice, no result object)."""
+        cdef cnp.ndarray k = as_key(key)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
+        if n_pages < 0:  # a slice's negative stop
+            n_pages = max(0, n + n_pages)
+        cdef long long prefix = 0, full_hit = 0
+        cdef TreeNode best = self._match(k, min(n, n_pages), &prefix, &full_hit)
+        cdef long long aligned = full_hit // self.page_size * self.page_size
+        return prefix, best, aligned if aligned > prefix else None
+
+    cdef TreeNode _match(self, cnp.ndarray k, Py_ssize_t n, long long* prefix_out, long long* hit_out):
+        """The match walk over the first ``n`` pages of ``k``: the last valid node, with its
+        prefix length and the FULL hit length written to ``prefix_out`` / ``hit_out``."""
         self.n_match += 1
         cdef long long p = self.page_size
         cdef TreeNode node = self.root
         cdef TreeNode best = self.root
         cdef TreeNode child
         cdef Py_ssize_t off = 0
-        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
         cdef Py_ssize_t m
         cdef long long full_hit = 0, acc = 0, prefix = 0
         cdef double swa_run = INFINITY
@@ -70,7 +89,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             child = node.children.get(key_at(k, off))
             if child is None:
                 break
-            m = match_keys(child.key, k, off)
+            m = match_keys(child.key, k, off, n)
             full_hit += m * p
             partial = m < cnp.PyArray_DIM(child.key, 0)
             if partial:
@@ -96,8 +115,9 @@ cdef class UnifiedSWARadixTree(TreeCore):
             x.last_access_time = t
             t -= 0.00001
             x = x.parent
-        cdef long long aligned = full_hit // p * p
-        return MatchResult(prefix, best, full_hit, aligned if aligned > prefix else None)
+        prefix_out[0] = prefix
+        hit_out[0] = full_hit
+        return best
 
     # ------------------------------------------------------------------ locks
     cpdef lock(self, TreeNode node):
@@ -197,13 +217,23 @@ cdef class UnifiedSWARadixTree(TreeCore):
         reason="",
     ):
         """``UnifiedTreeCore.begin_insert`` .. ``_insert_tail_step`` (``UnifiedInsert.insert``)."""
+        cdef cnp.ndarray k = as_key(key)
         return self.c_insert(
-            key, prev_prefix_len, inserted_len, swa_evicted_seqlen, priority, protected_node, values, reason
+            k,
+            cnp.PyArray_DIM(k, 0),
+            prev_prefix_len,
+            inserted_len,
+            swa_evicted_seqlen,
+            priority,
+            protected_node,
+            values,
+            reason,
         )
 
     cpdef tuple c_insert(
         self,
         key,
+        Py_ssize_t n_pages,
         long long prev_prefix_len,
         long long inserted_len,
         long long swa_evicted_seqlen,
@@ -212,14 +242,18 @@ cdef class UnifiedSWARadixTree(TreeCore):
         values,
         reason,
     ):
-        """``insert`` with every argument given (the compiled cache controller's call)."""
+        """``insert(key[:n_pages], ...)`` with every argument given (the compiled cache
+        controller's call: no slice of the request's pages)."""
         cdef cnp.ndarray k = as_key(key)
+        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
+        if n_pages < 0:  # a slice's negative stop
+            n_pages = max(0, n + n_pages)
+        n = min(n, n_pages)
         self.n_insert += 1
         cdef long long p = self.page_size
         cdef TreeNode root = self.root
         root.last_access_time = self._tick()
         root.priority = max(root.priority, priority)
-        cdef Py_ssize_t n = cnp.PyArray_DIM(k, 0)
         if n == 0:
             return 0, root
         cdef TreeNode node = root
@@ -236,7 +270,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             if child is None:
                 break
             child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
-            m = match_keys(child.key, k, off)
+            m = match_keys(child.key, k, off, n)
             if m < cnp.PyArray_DIM(child.key, 0):
                 child = self._split(child, m)
             if child.priority < priority:
@@ -259,7 +293,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             total = node_end
             off += m
         if off < n:  # _insert_commit_step
-            target = self._commit_leaf(node, k[off:], total, swa_evicted_seqlen, inserted_len, priority)
+            target = self._commit_leaf(node, key_slice(k, off, n), total, swa_evicted_seqlen, inserted_len, priority)
             if values is not None:
                 self._adopt_values(target, values)
         else:
@@ -301,7 +335,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
         cdef long long healed = node_end - live_start
         alloc = self.allocator
         if values is None:
-            alloc.free_full_pages(healed // p)
+            self._free_full_pages(healed // p)
         else:
             incoming = values[live_start // p : node_end // p]
             if child.full_lock > 0:  # keep the node's FULL, point it at the incoming SWA
@@ -321,11 +355,11 @@ cdef class UnifiedSWARadixTree(TreeCore):
         cdef long long p = self.page_size
         cdef long long dup = end - start
         cdef long long swa_dead = min(max(cursor - start, 0), dup)
-        alloc = self.allocator
         if values is None:
-            alloc.free_full_pages(dup // p)
-            alloc.free_swa_pages((dup - swa_dead) // p)
+            self._free_full_pages(dup // p)
+            self._free_swa_pages((dup - swa_dead) // p)
             return
+        alloc = self.allocator
         cdef long long mid = (start + swa_dead) // p
         if swa_dead:
             alloc.apply_op(_FREE_FULL, reason, values[start // p : mid])

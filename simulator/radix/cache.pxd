@@ -10,6 +10,7 @@ cimport cython
 from simulator.kv_allocator cimport SWAKVAllocator
 from simulator.radix._core_base cimport TreeCore
 from simulator.request_kv cimport ReqKV
+from simulator.swa_window cimport free_out_of_window_0523
 
 
 cdef class SWACacheController:
@@ -85,7 +86,7 @@ cdef class UnifiedSWACache(SWACacheController):
 
     @cython.locals(p=cython.longlong, effective=cython.longlong, aligned=cython.longlong,
                    core=TreeCore, cached=cython.longlong, inserted=cython.longlong,
-                   evicted=cython.longlong)
+                   evicted=cython.longlong, n_pages=cython.longlong)
     cpdef checkpoint(self, ReqKV req, long long up_to, bint finished, bint relock=*)
 
     @cython.locals(core=TreeCore)

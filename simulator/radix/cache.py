@@ -156,10 +156,10 @@ class SWACacheController:
         limit = max(0, fill_len - 1)
         n_pages = limit // self.page_size
         core = self._core
-        if core is not None:
-            result = core.match_prefix(req.pages[:n_pages])
-        else:
-            result = self.tree.match_prefix(req.pages[:n_pages])
+        if core is not None:  # the compiled tree: its match_prefix(pages[:n_pages]) as a tuple
+            req.prefix_len, req.last_node, req.swa_branching_seqlen = core.c_match(req.pages, n_pages)
+            return
+        result = self.tree.match_prefix(req.pages[:n_pages])
         req.prefix_len = result.device_prefix_len
         req.last_node = result.last_node
         req.swa_branching_seqlen = result.swa_branching_seqlen
@@ -473,14 +473,15 @@ class UnifiedSWACache(SWACacheController):
         aligned = effective // p * p  # floor_page, inlined (a hot path)
         rows = req.kv_pages
         core = self._core
-        key = req.pages[: aligned // p]
-        protected = req.last_node if req.lock is not None else None
-        values = None if rows is None else rows[: aligned // p]
+        n_pages = aligned // p
+        held = req.last_node if req.lock is not None else None
+        values = None if rows is None else rows[:n_pages]
         cached, inserted, evicted = req.cache_protected_len, req.cache_inserted_len, req.swa_evicted_seqlen
-        if core is not None:
-            _, target = core.c_insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
+        if core is not None:  # the compiled tree reads pages[:n_pages] without a slice
+            _, target = core.c_insert(req.pages, n_pages, cached, inserted, evicted, 0, held, values, req.rid)
         else:
-            _, target = self.tree.insert(key, cached, inserted, evicted, 0, protected, values, req.rid)
+            key = req.pages[:n_pages]
+            _, target = self.tree.insert(key, cached, inserted, evicted, 0, held, values, req.rid)
         if rows is not None:  # the row now points at the tree's pages (req_to_token rewrite)
             req.kv_pages = np.concatenate([self.tree.path_values(target), rows[aligned // p :]])
         req.cache_inserted_len = max(req.cache_inserted_len, aligned)
