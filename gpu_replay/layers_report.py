@@ -133,7 +133,7 @@ def verdicts(res: dict) -> list[dict]:
     return out
 
 
-def overlap_table(runs: dict, direction: str = "h2d") -> str:
+def overlap_table(runs: dict, direction: str = "h2d", movers=None, orders=None) -> str:
     lines = [
         "| call | mover | order | 4k load alone | hidden at compute/load (4k) | compute slowed | "
         "hidden 32k | both targets |",
@@ -142,7 +142,9 @@ def overlap_table(runs: dict, direction: str = "h2d") -> str:
     for name, res in runs.items():
         cells = res.get("cells", [])
         for v in verdicts(res):
-            if v["direction"] != direction:
+            if v["direction"] != direction or (movers and v["mover"] not in movers):
+                continue
+            if orders and v["order"] not in orders:
                 continue
             at32 = [
                 r["hidden"]
@@ -165,17 +167,23 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--layers", default=str(LAYERS))
     ap.add_argument("--ceiling", default=str(CEILING))
+    ap.add_argument(
+        "--movers", default="", help="comma-separated: only these movers in the curve / overlap tables"
+    )
+    ap.add_argument("--orders", default="", help="comma-separated: only these orders in the overlap tables")
     a = ap.parse_args(argv)
+    movers = [m for m in a.movers.split(",") if m] or None
+    orders = [o for o in a.orders.split(",") if o] or None
     layers = load(Path(a.layers), "persist*.json")
     ceilings = load(Path(a.ceiling), "ceiling*.json")
     print("## Bulk ceilings\n")
     print(ceiling_table(ceilings))
     print("\n## Per-layer curves\n")
-    print(curve_table(layers))
+    print(curve_table(layers, movers))
     print("\n## Overlap, H2D\n")
-    print(overlap_table(layers, "h2d"))
+    print(overlap_table(layers, "h2d", movers, orders))
     print("\n## Overlap, D2H\n")
-    print(overlap_table(layers, "d2h"))
+    print(overlap_table(layers, "d2h", movers, orders))
     met = [(n, v["mover"], v["order"]) for n, r in layers.items() for v in verdicts(r) if v["meets_both"]]
     print(f"\ncells meeting both targets (4k alone >= 90%, hidden >= 0.90 at every ratio): {met or 'none'}")
 
