@@ -85,6 +85,43 @@ def ceiling_table(runs: dict) -> str:
     return "\n".join(lines)
 
 
+def attrs_table(runs: dict) -> str:
+    """The cudaMemcpyBatchAsync attribute knobs (scatter_ceiling.batch_attrs): issue per copy of
+    random 32 KiB copies and the bulk movers as issued, % of the run's peak."""
+    lines = [
+        "| call | knob | issue per 32 KiB copy H2D / D2H | engines alone (2 / 4 threads) H2D, D2H | "
+        "splits (0.85 / 0.9 on 16 blocks) H2D, D2H |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for name, res in runs.items():
+        rp = run_peak(res)
+        scale = {d: res["peak_gbps"][d] / rp[d] for d in ("h2d", "d2h")}
+        rows = res.get("attrs", [])
+        for knob in sorted({r["knob"] for r in rows}):
+            ce = {
+                r["direction"]: r["issue_s_per_copy"] * 1e6
+                for r in rows
+                if r["knob"] == knob and r["part"] == "ce" and r["layout"] == "random"
+            }
+            bulk = {
+                (r["mover"], r["direction"]): r["pct"]
+                for r in rows
+                if r["knob"] == knob and r["part"] == "bulk"
+            }
+
+            def cell(names, bulk=bulk, scale=scale):
+                return ", ".join(
+                    " / ".join(f"{bulk[n, d] * scale[d]:.1f}" for n in names if (n, d) in bulk)
+                    for d in ("h2d", "d2h")
+                )
+
+            issue = " / ".join(f"{ce.get(d, float('nan')):.2f}" for d in ("h2d", "d2h"))
+            engines = cell(("ce[s2mb128sorted]", "ce[s4mb128sorted]"))
+            splits = cell(("split[0.85]", "split[0.9]sm16"))
+            lines.append(f"| {name} ({_gpu(res)}) | {knob} | {issue} us | {engines} | {splits} |")
+    return "\n".join(lines)
+
+
 def curve_table(runs: dict, movers=None) -> str:
     lines = [
         "| call | mover | H2D 1k / 2k / 4k / 8k / 16k / 32k | D2H 1k / 2k / 4k / 8k / 16k / 32k |",
@@ -178,6 +215,8 @@ def main(argv=None) -> None:
     ceilings = load(Path(a.ceiling), "ceiling*.json")
     print("## Bulk ceilings\n")
     print(ceiling_table(ceilings))
+    print("\n## Batch attribute knobs\n")
+    print(attrs_table(load(Path(a.ceiling), "attrs*.json")))
     print("\n## Per-layer curves\n")
     print(curve_table(layers, movers))
     print("\n## Overlap, H2D\n")

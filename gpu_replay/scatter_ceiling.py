@@ -214,6 +214,65 @@ def bulk_movers(s, reps: int, peak: dict) -> list:
     return rows
 
 
+def batch_attrs(s, reps: int, gate_s: float, peak: dict, total: int) -> list:
+    """The engines' issue cost and the bulk movers under each cudaMemcpyBatchAsync attribute knob
+    (kvt_set_batch_attr: bit 0 drops PreferOverlapWithCompute, bit 1 reads the source in any
+    order); knob 0 is what every mover uses. Rows with bit 1 in the D2H direction are marked: a
+    write-back's source is written by earlier work in its stream, so "any order" is not valid
+    there (the measurement itself moves static data)."""
+    import ctypes
+
+    from gpu_replay.cuda_build import library
+    from gpu_replay.scatter_setup import _ce, _gbps, _split, _time
+    from gpu_replay.transfer_cuda import CudaConfig
+    from gpu_replay.transfer_split import SplitTransfer
+
+    lib = library()
+    lib.kvt_set_batch_attr.argtypes = [ctypes.c_int]
+    lib.kvt_set_batch_attr.restype = ctypes.c_int
+    g = s.geo
+    layers, nbytes = tuple(range(g.layer_num)), 512 * g.layer_num * g.page_layer_bytes
+    movers = {
+        "ce[s4mb128sorted]": _ce(s, "thp", 4, True, 128),
+        "ce[s2mb128sorted]": _ce(s, "thp", 2, True, 128),
+        "split[0.85]": _split(s, "thp", 0.85),
+        "split[0.9]sm16": SplitTransfer(
+            s.hosts["thp"], s.dev, 0.9, streams=4, max_batch=128, config=CudaConfig(16, block=512, unroll=16)
+        ),
+    }
+    rows = []
+    try:
+        for knob in (0, 1, 2, 3):
+            if lib.kvt_set_batch_attr(knob):
+                raise RuntimeError(f"kvt_set_batch_attr({knob})")
+            for r in ce_sizes(s, [32 << 10], [4], reps, gate_s, peak, total, 0.25):
+                ordered = not (knob & 2 and r["direction"] == "d2h")
+                rows.append(r | {"part": "ce", "knob": knob, "stream_ordered": ordered})
+            for name, m in movers.items():
+                hi, di = s.indices(512, False)
+                for d in ("h2d", "d2h"):
+                    r = _gbps(nbytes, _time(lambda m=m, h=hi, x=di, d=d: m(h, x, layers, d), reps))
+                    rows.append(
+                        {
+                            "part": "bulk",
+                            "knob": knob,
+                            "mover": name,
+                            "direction": d,
+                            "pct": _pct(r["gbps"], peak[d]),
+                            "best_pct": _pct(r["gbps_best"], peak[d]),
+                            "stream_ordered": not (knob & 2 and d == "d2h"),
+                        }
+                    )
+            print(
+                f"knob {knob} bulk "
+                + " ".join(f"{r['mover']}:{r['direction']} {r['pct']:.1f}" for r in rows[-2 * len(movers) :]),
+                flush=True,
+            )
+    finally:
+        lib.kvt_set_batch_attr(0)
+    return rows
+
+
 def bounds(res: dict, s) -> list:
     """split_bound per direction from this run's 32 KiB random copies (4 streams) and SM rows."""
     g = s.geo
@@ -253,7 +312,11 @@ def main(argv=None) -> None:
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--gate-ms", type=float, default=80.0)
     ap.add_argument("--host-cap-gib", type=float, default=8.0)
-    ap.add_argument("--parts", default="ce,sm,bulk", help="also: gated (the bulk movers' own copies, gated)")
+    ap.add_argument(
+        "--parts",
+        default="ce,sm,bulk",
+        help="also: gated (the bulk movers' copies, gated), attrs (batch knobs)",
+    )
     ap.add_argument("--regions-gib", default="2", help="span of the random slots on each side")
     a = ap.parse_args(argv)
     t0 = time.monotonic()
@@ -301,6 +364,9 @@ def main(argv=None) -> None:
         save()
     if "bulk" in parts:
         res["bulk"] = bulk_movers(s, 11, res["peak_gbps"])
+        save()
+    if "attrs" in parts:
+        res["attrs"] = batch_attrs(s, 11, a.gate_ms / 1e3, res["peak_gbps"], total)
         save()
     print(f"done at {time.monotonic() - t0:.1f} s", flush=True)
 

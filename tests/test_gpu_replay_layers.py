@@ -206,6 +206,10 @@ def test_report_tables_come_from_the_committed_runs():
     # the H100 call whose 1 GiB copy was slow (53.4 GB/s) is rescaled by its own gated copies
     c7 = ceilings["ceiling-c7-h100"]
     assert c7["peak_gbps"]["h2d"] < 54 < lr.run_peak(c7)["h2d"]
+    attrs = lr.load(lr.CEILING, "attrs*.json")
+    assert lr.attrs_table(attrs).count("\n") == 1 + 4  # knobs 0-3 of the one call
+    for res in attrs.values():
+        assert max(r["pct"] for r in res["attrs"] if r["part"] == "bulk") < 97
     table = lr.ceiling_table(ceilings)
     assert table.count("\n") == 1 + 2 * len(ceilings)
     verdicts = [v for r in layers.values() for v in lr.verdicts(r)]

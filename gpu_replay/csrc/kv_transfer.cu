@@ -270,13 +270,20 @@ std::vector<std::pair<int64_t, int64_t>> page_runs(const int64_t* sp, const int6
   return runs;
 }
 
+// Attributes of every cudaMemcpyBatchAsync (kvt_set_batch_attr; a measurement knob, default 0):
+// bit 0 drops cudaMemcpyFlagPreferOverlapWithCompute, bit 1 sets cudaMemcpySrcAccessOrderAny (the
+// source may be read out of stream order: valid only where nothing earlier in the stream writes it,
+// such as a host pool being loaded).
+std::atomic<int> g_batch_attr{0};
+
 int issue_range(const Copies& c, size_t lo, size_t hi, int batch, cudaStream_t stream) {
   if (lo >= hi) return 0;
 #if CUDART_VERSION >= 13000
   if (batch) {
+    const int knob = g_batch_attr.load(std::memory_order_relaxed);
     cudaMemcpyAttributes attr = {};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    attr.srcAccessOrder = (knob & 2) ? cudaMemcpySrcAccessOrderAny : cudaMemcpySrcAccessOrderStream;
+    attr.flags = (knob & 1) ? 0 : cudaMemcpyFlagPreferOverlapWithCompute;
     size_t idx = 0;
     return static_cast<int>(cudaMemcpyBatchAsync(const_cast<void* const*>(c.dst.data() + lo), c.src.data() + lo,
                                                  c.size.data() + lo, hi - lo, &attr, &idx, 1, stream));
@@ -577,6 +584,12 @@ struct LayerJob {
 extern "C" {
 
 int kvt_version() { return 11; }
+
+int kvt_set_batch_attr(int knob) {
+  if (knob < 0 || knob > 3) return kBadArgs;
+  g_batch_attr.store(knob);
+  return 0;
+}
 
 // flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
