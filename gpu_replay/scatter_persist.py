@@ -62,7 +62,8 @@ class Attn3:
     runs) composes 4 x 32 heads x 4,096 queries with 2,048- and 1,024-query calls of one sequence;
     ``heads`` keeps 4,096 queries in every call and composes with 32, 16 and 8 heads of one
     sequence (every call at least 256 blocks: fewer short kernels, whose waves a few SMs taken by
-    the loads lengthen most). Per-layer work (the pipelined order) uses the short calls."""
+    the loads lengthen most); ``gemm`` composes bf16 GEMMs (a diagnostic, not attention-like).
+    Per-layer work (the pipelined order) uses the short attention calls."""
 
     SHAPES = {
         "big": (4, 32, 4096),
@@ -72,9 +73,13 @@ class Attn3:
         "h16": (1, 16, 4096),
         "h8": (1, 8, 4096),
     }
+    # bf16 GEMMs (M, K, N): not attention-like; a diagnostic of whether the slowdown beside the
+    # loads is the attention's own (``gemm`` mode)
+    GEMMS = {"mm4k": (4096, 4096, 4096), "mm2k": (2048, 4096, 4096), "mm1k": (1024, 4096, 4096)}
     UNITS = {
         "mixed": ("big", "small", "tiny"),
         "heads": ("big", "h32", "h16", "h8"),
+        "gemm": ("mm4k", "mm2k", "mm1k"),
         "layer": ("small", "tiny"),
     }
 
@@ -88,14 +93,23 @@ class Attn3:
         for name, (b, h, n) in self.SHAPES.items():
             q = torch.randn(b, h, n, 64, device="cuda", dtype=torch.bfloat16)
             self.qkv[name] = (q, torch.randn_like(q), torch.randn_like(q))
-        self.t = {n: statistics.median(_timed(lambda n=n: self.run({n: 1}), 10)[0]) for n in self.SHAPES}
+        for name, (m, k, n) in self.GEMMS.items():
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            b = torch.randn(k, n, device="cuda", dtype=torch.bfloat16)
+            self.qkv[name] = (a, b, torch.empty(m, n, device="cuda", dtype=torch.bfloat16))
+        names = (*self.SHAPES, *self.GEMMS)
+        self.t = {n: statistics.median(_timed(lambda n=n: self.run({n: 1}), 10)[0]) for n in names}
         self.t_big, self.t_small, self.t_tiny = self.t["big"], self.t["small"], self.t["tiny"]
 
     def run(self, counts: dict) -> None:
+        torch = _torch()
         for name, n in counts.items():
             q, k, v = self.qkv[name]
             for _ in range(n):
-                self.sdpa(q, k, v, is_causal=True)
+                if name in self.GEMMS:
+                    torch.mm(q, k, out=v)
+                else:
+                    self.sdpa(q, k, v, is_causal=True)
 
     def work(self, target_s: float, per_layer_units: bool = False):
         """A callable of compute close to ``target_s``, and its calls per shape."""
@@ -339,7 +353,7 @@ def parse(argv=None):
     ap.add_argument("--overlap-prefixes", default="4096,32768")
     ap.add_argument("--ratios", default="1.0,1.25,1.5")
     ap.add_argument("--directions", default="h2d,d2h")
-    ap.add_argument("--compute", default="mixed", choices=("mixed", "heads"), help="see Attn3")
+    ap.add_argument("--compute", default="mixed", choices=("mixed", "heads", "gemm"), help="see Attn3")
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--budget-s", type=float, default=300.0)
     ap.add_argument("--host-cap-gib", type=float, default=8.0)
