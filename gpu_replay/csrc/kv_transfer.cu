@@ -19,6 +19,10 @@
 //    threads with an event per layer, so the caller's compute launches are not delayed.
 // 6. kvt_graph_*: the page copies as the memcpy nodes of an instantiated CUDA graph, addresses
 //    rewritten per transfer, one launch.
+// 7. kvt_layers: a request's load of every layer in ONE launch of a few persistent blocks (the
+//    bulk-async ring of (2), items in layer order, one counter per layer bumped by each block once
+//    its share of that layer has landed), so the loads hold a few SMs for the whole request
+//    instead of asking for SM slots once per layer behind the attention's blocks.
 //
 // Every entry point returns 0 or a cudaError_t / negative argument code; addresses are byte
 // addresses (device pointers, or host pointers of registered memory under unified addressing).
@@ -266,13 +270,20 @@ std::vector<std::pair<int64_t, int64_t>> page_runs(const int64_t* sp, const int6
   return runs;
 }
 
+// Attributes of every cudaMemcpyBatchAsync (kvt_set_batch_attr; a measurement knob, default 0):
+// bit 0 drops cudaMemcpyFlagPreferOverlapWithCompute, bit 1 sets cudaMemcpySrcAccessOrderAny (the
+// source may be read out of stream order: valid only where nothing earlier in the stream writes it,
+// such as a host pool being loaded).
+std::atomic<int> g_batch_attr{0};
+
 int issue_range(const Copies& c, size_t lo, size_t hi, int batch, cudaStream_t stream) {
   if (lo >= hi) return 0;
 #if CUDART_VERSION >= 13000
   if (batch) {
+    const int knob = g_batch_attr.load(std::memory_order_relaxed);
     cudaMemcpyAttributes attr = {};
-    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
-    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    attr.srcAccessOrder = (knob & 2) ? cudaMemcpySrcAccessOrderAny : cudaMemcpySrcAccessOrderStream;
+    attr.flags = (knob & 1) ? 0 : cudaMemcpyFlagPreferOverlapWithCompute;
     size_t idx = 0;
     return static_cast<int>(cudaMemcpyBatchAsync(const_cast<void* const*>(c.dst.data() + lo), c.src.data() + lo,
                                                  c.size.data() + lo, hi - lo, &attr, &idx, 1, stream));
@@ -572,7 +583,13 @@ struct LayerJob {
 
 extern "C" {
 
-int kvt_version() { return 10; }
+int kvt_version() { return 11; }
+
+int kvt_set_batch_attr(int knob) {
+  if (knob < 0 || knob > 3) return kBadArgs;
+  g_batch_attr.store(knob);
+  return 0;
+}
 
 // flags: bit 0 streaming (.cs) cache hints, bit 1 programmatic dependent launch.
 int kvt_rows(const int64_t* src_bases, const int64_t* dst_bases, int n_slots, const int64_t* src_idx,
@@ -928,5 +945,172 @@ int kvt_host_alloc(int64_t bytes, unsigned flags, void** out) {
 }
 
 int kvt_host_free(void* ptr) { return static_cast<int>(cudaFreeHost(ptr)); }
+
+}  // extern "C"
+
+// ---- one launch for every layer of a request (kvt_layers) ----
+
+namespace {
+
+struct LayersArgs {
+  const int64_t* src_bases;  // [comp][layer] byte addresses (device table)
+  const int64_t* dst_bases;
+  const int64_t* src_idx;  // token slots; page p starts at idx[p * page]
+  const int64_t* dst_idx;
+  int64_t n_pages;
+  int n_layers, n_comp, page;
+  int64_t sps, dps;  // page strides, bytes
+  uint32_t chunk;
+  int chunks_per_page;
+  int stages;
+  int* done;  // [n_layers] counters (device), or null: no per-layer signal
+};
+
+// Item it (layer-major: layer, component, page, chunk) -> addresses; returns its layer.
+__device__ __forceinline__ int layers_item(const LayersArgs& a, int64_t it, const char** src, char** dst) {
+  const int64_t per_comp = a.n_pages * a.chunks_per_page;
+  const int64_t per_layer = per_comp * a.n_comp;
+  const int layer = static_cast<int>(it / per_layer);
+  int64_t rem = it - layer * per_layer;
+  const int comp = static_cast<int>(rem / per_comp);
+  rem -= comp * per_comp;
+  const int64_t p = rem / a.chunks_per_page;
+  const int64_t c = rem - p * a.chunks_per_page;
+  const int slot = comp * a.n_layers + layer;
+  const int64_t sp = a.src_idx[p * a.page] / a.page, dp = a.dst_idx[p * a.page] / a.page;
+  *src = reinterpret_cast<const char*>(a.src_bases[slot]) + sp * a.sps + c * a.chunk;
+  *dst = reinterpret_cast<char*>(a.dst_bases[slot]) + dp * a.dps + c * a.chunk;
+  return layer;
+}
+
+// Layers [from, to) are done for this block: its stores have landed (wait_group 0 before), made
+// visible to other streams and the host, then one count per layer.
+__device__ __forceinline__ void layers_signal(int* done, int from, int to) {
+  if (done == nullptr || from >= to) return;
+  asm volatile("fence.proxy.async;" ::: "memory");
+  __threadfence_system();
+  for (int l = from; l < to; ++l) atomicAdd(done + l, 1);
+}
+
+// One warp per block: lane 0 drives the ring (as bulk_kernel's one thread does), while the 32
+// lanes compute the addresses of 32 items at a time (index and base-table reads off the issuing
+// thread's critical path) and hand them over by shuffles; two windows of 32 are kept, since the
+// ring issues up to `stages` (< 32) items ahead of the one it stores.
+struct ItemWindow {
+  uint64_t src = 0, dst = 0;
+  int layer = 0;
+};
+
+__device__ __forceinline__ ItemWindow layers_window(const LayersArgs& a, int64_t k0, int64_t mine) {
+  ItemWindow w;
+  const int64_t k = k0 + (threadIdx.x & 31);
+  if (k < mine) {
+    const char* src;
+    char* dst;
+    w.layer = layers_item(a, blockIdx.x + k * gridDim.x, &src, &dst);
+    w.src = reinterpret_cast<uint64_t>(src);
+    w.dst = reinterpret_cast<uint64_t>(dst);
+  }
+  return w;
+}
+
+__device__ __forceinline__ ItemWindow layers_get(const ItemWindow& cur, const ItemWindow& nxt, int64_t base, int64_t k) {
+  const bool in_cur = k < base + 32;
+  const int lane = static_cast<int>(k - (in_cur ? base : base + 32));
+  ItemWindow w;
+  w.src = __shfl_sync(0xffffffffu, in_cur ? cur.src : nxt.src, lane);
+  w.dst = __shfl_sync(0xffffffffu, in_cur ? cur.dst : nxt.dst, lane);
+  w.layer = __shfl_sync(0xffffffffu, in_cur ? cur.layer : nxt.layer, lane);
+  return w;
+}
+
+__global__ void layers_kernel(LayersArgs a) {
+  extern __shared__ __align__(128) unsigned char ring[];
+  __shared__ __align__(8) uint64_t bars[kMaxStages];
+  const bool lead = threadIdx.x == 0;
+  const int64_t items = a.n_pages * a.chunks_per_page * a.n_comp * a.n_layers;
+  const int64_t mine = blockIdx.x < items ? (items - blockIdx.x + gridDim.x - 1) / gridDim.x : 0;
+  if (lead) {
+    for (int s = 0; s < a.stages; ++s) mbar_init(smem_addr(&bars[s]));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+  }
+  __syncwarp();
+  int64_t base = 0;  // first item of the window `cur`
+  ItemWindow cur = layers_window(a, 0, mine), nxt = layers_window(a, 32, mine);
+  auto issue = [&](int64_t k) {
+    const ItemWindow w = layers_get(cur, nxt, base, k);
+    if (lead) {
+      const int s = static_cast<int>(k % a.stages);
+      const uint32_t bar = smem_addr(&bars[s]);
+      mbar_expect(bar, a.chunk);
+      bulk_load(smem_addr(ring + static_cast<size_t>(s) * a.chunk), reinterpret_cast<const void*>(w.src), a.chunk,
+                bar);
+    }
+  };
+  const int64_t pro = min(static_cast<int64_t>(a.stages), mine);
+  for (int64_t k = 0; k < pro; ++k) issue(k);
+  int signalled = 0;  // layers below this are signalled by this block
+  for (int64_t k = 0; k < mine; ++k) {
+    if (k == base + 32) {  // slide the windows (all lanes)
+      base += 32;
+      cur = nxt;
+      nxt = layers_window(a, base + 32, mine);
+    }
+    const ItemWindow w = layers_get(cur, nxt, base, k);
+    const int s = static_cast<int>(k % a.stages);
+    if (lead) {
+      mbar_wait(smem_addr(&bars[s]), static_cast<uint32_t>((k / a.stages) & 1));
+      bulk_store(reinterpret_cast<void*>(w.dst), smem_addr(ring + static_cast<size_t>(s) * a.chunk), a.chunk);
+    }
+    if (k >= 1 && k - 1 + a.stages < mine) {
+      if (lead) asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory");
+      __syncwarp();
+      issue(k - 1 + a.stages);
+    }
+    if (a.done != nullptr) {
+      const int next_layer = k + 1 < mine ? layers_get(cur, nxt, base, k + 1).layer : a.n_layers;
+      if (next_layer > w.layer) {  // this block's share of layers < next_layer has been stored
+        if (lead) {
+          asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+          layers_signal(a.done, signalled, next_layer);
+        }
+        signalled = next_layer;
+      }
+    }
+  }
+  if (lead) {
+    asm volatile("cp.async.bulk.wait_group 0;" ::: "memory");
+    layers_signal(a.done, signalled, a.n_layers);
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+// Every layer of a request in one launch of `grid` persistent blocks (one issuing thread each, a
+// ring of `stages` x `chunk` bytes), items in layer order; slot bases [comp][layer] on the
+// device. `done` (device int32[n_layers], or null) gets +1 from every block per layer once that
+// block's share of the layer has landed: layer l is loaded when done[l] has grown by `grid`.
+int kvt_layers(const int64_t* src_bases, const int64_t* dst_bases, int n_comp, int n_layers, const int64_t* src_idx,
+               const int64_t* dst_idx, int64_t n_pages, int64_t sps, int64_t dps, int page, int64_t page_bytes,
+               int chunk, int stages, int grid, int* done, void* stream) {
+  if (chunk <= 0 || chunk % 16 || page_bytes % chunk || stages < 2 || stages > kMaxStages || grid <= 0 ||
+      n_comp <= 0 || n_layers <= 0)
+    return kBadArgs;
+  if (n_pages == 0) return 0;
+  const size_t smem = static_cast<size_t>(chunk) * stages;
+  static size_t smem_allowed = 48 << 10;
+  if (smem > smem_allowed) {
+    cudaError_t rc =
+        cudaFuncSetAttribute(layers_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+    if (rc != cudaSuccess) return static_cast<int>(rc);
+    smem_allowed = smem;
+  }
+  LayersArgs a{src_bases, dst_bases, src_idx, dst_idx, n_pages, n_layers, n_comp, page, sps, dps,
+               static_cast<uint32_t>(chunk), static_cast<int>(page_bytes / chunk), stages, done};
+  return static_cast<int>(launch(layers_kernel, grid, 32, smem, static_cast<cudaStream_t>(stream), false, a));
+}
 
 }  // extern "C"
