@@ -46,6 +46,7 @@ COMPILED_MODULES = (
     "simulator.cost.step_prices",
     "policies.swa_eviction",
     "traces.page_fill",
+    "traces.readers.mooncake_lines",
 )
 
 # os.path, not pathlib or hashlib: this module loads with the package (``kvplan --help`` too)
