@@ -9,6 +9,13 @@ matches its source: setup.py records the SHA-256 of every compiled ``.py`` in
 extension only when the source still has that hash; an edited source (or a missing record)
 loads the ``.py``, so a stale build can never run. ``KVPLAN_PURE_PYTHON=1`` loads every ``.py``;
 ``KVPLAN_REQUIRE_COMPILED=1`` turns a stale or missing build into an ImportError (CI).
+
+Hashing every source at each start-up cost some 28M instructions (half a percent of a 12k-request
+run, issue 14), so the record also keeps each hashed file's size and modification time (ns): a
+file whose size and time are still the recorded ones, and whose time is older than the record by
+:data:`STAMP_MARGIN_NS` (more than any file system's timestamp granularity, so that no later
+write can have left the same time), is the file that was hashed, and its hash is not recomputed.
+Any other file (edited, replaced, touched, or written too close to the build) is hashed as before.
 """
 
 from __future__ import annotations
@@ -46,6 +53,7 @@ COMPILED_MODULES = (
     "simulator.cost.step_prices",
     "policies.swa_eviction",
     "traces.page_fill",
+    "traces.readers.mooncake_lines",
 )
 
 # os.path, not pathlib or hashlib: this module loads with the package (``kvplan --help`` too)
@@ -116,20 +124,81 @@ def pxd_cimports(pxd: str) -> list[str]:
     return [n for n in names if n in COMPILED_MODULES]
 
 
+#: How much older than the record a file's modification time must be for its stamp to stand
+#: for its hash (2 s: far coarser than any file system's timestamps).
+STAMP_MARGIN_NS = 2_000_000_000
+
+
 def read_record() -> dict[str, str]:
     """The source hashes the last build compiled (module -> SHA-256); empty without a build."""
+    return {name: entry[0] for name, entry in read_stamps()[0].items()}
+
+
+def read_stamps() -> tuple[dict[str, tuple[str, list[str]]], int]:
+    """The record: module -> (hash, the stamps ``path:size:mtime_ns`` of the files it hashed),
+    and the record's own modification time (ns); empty and 0 without a build."""
     try:
         with open(RECORD) as f:
+            written = os.fstat(f.fileno()).st_mtime_ns
             lines = f.read().splitlines()
     except OSError:
-        return {}
-    return dict(line.split() for line in lines if line.strip())
+        return {}, 0
+    entries = {}
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2:
+            entries[words[0]] = (words[1], words[2:])
+    return entries, written
+
+
+def hashed_files(name: str) -> list[str]:
+    """The files :func:`module_hash` reads for ``name`` (its ``.py``, ``.pxd`` and the files of the
+    modules that ``.pxd`` cimports), each once."""
+    src = source_path(name)
+    pxd = src[: -len(".py")] + ".pxd"
+    if not os.path.exists(pxd):
+        return [src]
+    files = [src, pxd]
+    for dep in pxd_cimports(pxd):
+        files += [f for f in hashed_files(dep) if f not in files]
+    return files
+
+
+def file_stamp(path: str) -> str | None:
+    """``path:size:mtime_ns`` of a file (``path`` relative to the checkout), None if missing."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return f"{os.path.relpath(path, ROOT)}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def stamps_hold(stamps: list[str], written_ns: int, memo: dict[str, str | None]) -> bool:
+    """Whether every stamped file still has its size and time, older than the record's by
+    :data:`STAMP_MARGIN_NS` (``memo``: path -> current stamp, so a shared file is read once)."""
+    if not stamps:
+        return False
+    for stamp in stamps:
+        parts = stamp.rsplit(":", 2)
+        if len(parts) != 3:
+            return False
+        full = os.path.join(ROOT, parts[0])
+        if full not in memo:
+            memo[full] = file_stamp(full)
+        if memo[full] != stamp or int(parts[2]) > written_ns - STAMP_MARGIN_NS:
+            return False
+    return True
 
 
 def write_record(names: tuple[str, ...] = COMPILED_MODULES) -> None:
-    """Record the sources of ``names`` as built (setup.py, after cythonizing them)."""
+    """Record the sources of ``names`` as built (setup.py, after cythonizing them): each module's
+    hash and the stamps of the files hashed (taken before hashing them)."""
+    lines = []
+    for n in names:
+        stamps = [file_stamp(f) or "" for f in hashed_files(n)]
+        lines.append(" ".join([n, module_hash(n), *stamps]) + "\n")
     with open(RECORD, "w") as f:
-        f.write("".join(f"{n} {module_hash(n)}\n" for n in names))
+        f.write("".join(lines))
 
 
 def extension_path(name: str) -> str | None:
@@ -147,6 +216,8 @@ class CompiledFinder:
 
     def __init__(self) -> None:
         self._record: dict[str, str] | None = None
+        self._stamps: tuple[dict[str, tuple[str, list[str]]], int] | None = None  # read_stamps()
+        self._files: dict[str, str | None] = {}  # stamps_hold's memo for this process
         self._hashes: dict[str, str] = {}  # module_hash's memo for this process
         self.loaded: dict[str, str] = {}  # module -> "compiled" or why the source was loaded
 
@@ -173,9 +244,19 @@ class CompiledFinder:
             return "not built"
         if self._record is None:
             self._record = read_record()
-        if self._record.get(name) != module_hash(name, self._hashes):
+        if self._record.get(name) != self._current_hash(name):
             return "built from another version of the source"
         return None
+
+    def _current_hash(self, name: str) -> str:
+        """:func:`module_hash` of ``name``, taken from the record when its files' stamps hold."""
+        if self._stamps is None:
+            self._stamps = read_stamps()
+        entries, written = self._stamps
+        entry = entries.get(name)
+        if entry is not None and stamps_hold(entry[1], written, self._files):
+            return entry[0]
+        return module_hash(name, self._hashes)
 
 
 FINDER = CompiledFinder()

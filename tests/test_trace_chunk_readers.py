@@ -35,14 +35,19 @@ def _outcome(path: Path, fmt: str | None = None, limit: int | None = None) -> tu
 def _both(
     monkeypatch: pytest.MonkeyPatch, path: Path, fmt: str | None = None, limit: int | None = None
 ) -> None:
+    """Mooncake: also with plain lines scanned straight into arrays (traces/readers/mooncake_lines.py,
+    the compiled build's path; a pure-Python run scans them with the same .py) and without."""
     monkeypatch.setattr(traces.jsonl_chunks, "CHUNK", 3)
     monkeypatch.setattr(traces.readers.azure_chunks, "CHUNK", 3)
-    fast = _outcome(path, fmt, limit)
+    outcomes = []
+    for scan in (True, False):
+        monkeypatch.setattr(mooncake, "SCAN_LINES", scan)
+        outcomes.append(_outcome(path, fmt, limit))
     with monkeypatch.context() as m:
         m.setattr(mooncake, "plain_chunk", lambda objs, block_size: None)
         m.setattr(azure, "plain_rows", lambda rows, units: None)
         slow = _outcome(path, fmt, limit)
-    assert fast == slow
+    assert outcomes == [slow, slow]
 
 
 CORPUS = sorted([*CASES.glob("mooncake-*.jsonl"), *CASES.glob("azure-*.csv")])

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import ctypes
 import json
-from collections.abc import Callable
 from pathlib import Path
 
 from traces.continuation import ContinuationMode
 from traces.errors import TraceFormatError
 from traces.gc_pause import collector_paused
-from traces.readers.azure import read_azure
-from traces.readers.dynamo import read_dynamo_events
 from traces.readers.mooncake import DEFAULT_BLOCK_SIZE, read_mooncake
-from traces.readers.ragpulse import TRACE_FILE, read_ragpulse
-from traces.readers.tokens import read_token_jsonl
 from traces.schema import Trace
 from traces.source import TraceInput, is_stdin
 
@@ -32,6 +27,8 @@ def detect_format(path: str | Path) -> str:
 
 
 def _directory_format(p: Path) -> str:
+    from traces.readers.ragpulse import TRACE_FILE  # the other formats' readers load on use (issue 14)
+
     if (p / TRACE_FILE).exists():
         return "ragpulse"
     raise TraceFormatError(str(p), None, None, f"a directory, but no RAGPulse {TRACE_FILE} inside")
@@ -101,6 +98,8 @@ def _load(
                 str(p), None, None, f"a directory (a RAGPulse trace), so --format {fmt} does not apply"
             )
         _directory_format(p)
+        from traces.readers.ragpulse import read_ragpulse
+
         return read_ragpulse(p, limit)
     with TraceInput(path) as inp:
         trace = _read(inp, fmt or _detect(inp), block_size, continuation, limit)
@@ -139,14 +138,25 @@ def _read(
         raise TraceFormatError(
             inp.name, None, None, f"a parquet file, not {fmt}; pass --format parquet or no --format"
         )
-    readers: dict[str, Callable[[], Trace]] = {
-        "mooncake": lambda: read_mooncake(
+    if fmt == "mooncake":
+        return read_mooncake(
             inp, DEFAULT_BLOCK_SIZE if block_size is None else block_size, continuation, limit
-        ),
-        "ragpulse": lambda: read_ragpulse(inp, limit),
-        "azure": lambda: read_azure(inp, limit),
-        "dynamo-events": lambda: read_dynamo_events(inp, continuation, limit),
-        "tokens": lambda: read_token_jsonl(inp, limit),
-        "parquet": lambda: _read_parquet(inp, limit),
-    }
-    return readers[fmt]()
+        )
+    # the other readers load with their first trace (issue 14: start-up)
+    if fmt == "ragpulse":
+        from traces.readers.ragpulse import read_ragpulse
+
+        return read_ragpulse(inp, limit)
+    if fmt == "azure":
+        from traces.readers.azure import read_azure
+
+        return read_azure(inp, limit)
+    if fmt == "dynamo-events":
+        from traces.readers.dynamo import read_dynamo_events
+
+        return read_dynamo_events(inp, continuation, limit)
+    if fmt == "tokens":
+        from traces.readers.tokens import read_token_jsonl
+
+        return read_token_jsonl(inp, limit)
+    return _read_parquet(inp, limit)

@@ -14,7 +14,6 @@ from typing import Any
 
 from simulator.cost.coefficients import CostCoefficients
 from simulator.cost.geometry import INT_GEOMETRY_FIELDS, ModelCostGeometry
-from simulator.cost.hicache_transfer import TRANSFER_KEYS, TransferCoefficients
 from simulator.errors import ConfigError
 from simulator.gpus import GpuSpec
 from simulator.models import ModelSpec
@@ -101,6 +100,9 @@ def validate_profile(profile: Mapping[str, Any], *, origin: str = "<profile>") -
 def _validate_transfer(section: Any, origin: str) -> dict[str, Any]:
     """The ``hicache_transfer`` section: keys of :class:`TransferCoefficients` (host-link rates
     and overheads of HiCache's transfers, docs/cost-model.md)."""
+    # HiCache's transfer model loads with a profile that has this section (issue 14: start-up)
+    from simulator.cost.hicache_transfer import TRANSFER_KEYS, TransferCoefficients
+
     if not isinstance(section, Mapping):
         raise ConfigError(f"{origin}: hicache_transfer must be an object")
     _reject_unknown("hicache_transfer", section, TRANSFER_KEYS, origin)

@@ -24,7 +24,8 @@ from traces.jsonl import (
     opened,
     require_object,
 )
-from traces.jsonl_chunks import iter_json_chunks
+from traces.jsonl_chunks import iter_json_chunks, iter_line_chunks, parse_records
+from traces.readers import mooncake_lines
 from traces.readers.common import arrival_order, fixed_block_lens, reorder_csr, roots_and_depths
 from traces.readers.mooncake_chunks import plain_chunk
 from traces.request_table import RequestTable
@@ -32,6 +33,9 @@ from traces.schema import Trace
 from traces.source import TraceInput
 
 DEFAULT_BLOCK_SIZE = 512
+#: Whether plain lines are scanned straight into arrays (:mod:`traces.readers.mooncake_lines`),
+#: in the compiled build; pure Python parses every line with ``json`` (its C scanner is faster there).
+SCAN_LINES = mooncake_lines.COMPILED
 
 
 def check_block_size(src: str, block_size: int) -> int:
@@ -52,13 +56,19 @@ def read_mooncake(
         src = inp.name
         check_block_size(src, block_size)
         bufs = _Buffers()
-        for chunk in iter_json_chunks(inp, limit):
-            plain = plain_chunk([obj for _, obj in chunk], block_size)
-            if plain is None:  # record by record: the same values, or the located error
-                for line, obj in chunk:
-                    _record(src, line, obj, block_size, bufs)
-            else:
-                bufs.add_plain(np.fromiter((line for line, _ in chunk), np.int64, len(chunk)), *plain)
+        if SCAN_LINES:
+            for texts in iter_line_chunks(inp, limit):
+                scanned = mooncake_lines.scan_lines(texts, block_size)
+                if scanned is not None:
+                    bufs.add_plain(*scanned)
+                    continue
+                chunk, error = parse_records(src, texts)  # the same records, or json's error
+                _add_chunk(src, chunk, block_size, bufs)
+                if error is not None:
+                    raise error
+        else:
+            for chunk in iter_json_chunks(inp, limit):
+                _add_chunk(src, chunk, block_size, bufs)
     ts, lines, in_len, out_len, counts, hashes = bufs.all()
     return _assemble(src, ts / 1000.0, lines, in_len, out_len, counts, hashes, block_size, continuation)
 
@@ -87,6 +97,17 @@ class _Buffers:
 
     def all(self) -> tuple[np.ndarray, ...]:
         return (self.ts.numpy(), *(b.numpy() for b in self.ints))
+
+
+def _add_chunk(src: str, chunk: list[tuple[int, object]], block_size: int, bufs: _Buffers) -> None:
+    """Append a chunk of ``(line_number, object)`` records: a few C-level passes for a plain
+    chunk, else record by record (the same values, or the located error)."""
+    plain = plain_chunk([obj for _, obj in chunk], block_size)
+    if plain is None:
+        for line, obj in chunk:
+            _record(src, line, obj, block_size, bufs)
+    else:
+        bufs.add_plain(np.fromiter((line for line, _ in chunk), np.int64, len(chunk)), *plain)
 
 
 def _record(src: str, line: int, obj: object, block_size: int, bufs: _Buffers) -> None:
