@@ -13,11 +13,11 @@ their objects when the columns are built, exactly as every request was before.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
+from simulator.engine.record_pack import float_rows
 from simulator.engine.request import SimRequest
 
 #: The numeric columns recorded per request, in the order of a recorded row (after its row).
@@ -112,9 +112,7 @@ class RequestRows:
 
     def _pack(self) -> None:
         """Scatter the finished rows into the columns (grown to hold every row seen)."""
-        width = 1 + len(NUMERIC)
-        rows = np.fromiter(chain.from_iterable(self._rows), np.float64, width * len(self._rows))
-        rows = rows.reshape(-1, width)
+        rows = float_rows(self._rows, 1 + len(NUMERIC))
         self._rows = []
         self._grow(len(self.rid))
         at = rows[:, 0].astype(np.int64)
