@@ -42,7 +42,25 @@ _FIRST_CAPACITY = 1 << 12
 
 def numeric_row(r: SimRequest) -> tuple:
     """A request's numeric columns, in :data:`NUMERIC` order (every value a count far below
-    2**53, a bool or a time: exact as a float64)."""
+    2**53, a bool or a time: exact as a float64). A SimRequest is read through ``req``, its C
+    struct in the compiled build (request_rows.pxd); any other object by attribute name."""
+    if type(r) is SimRequest:
+        req = r
+        return (
+            req.index,
+            req.round,
+            req.heartbeat,
+            req.arrival_s,
+            req.first_token_s,
+            req.finish_s,
+            req.prompt_len,
+            req.cached_tokens,
+            req.output_len,
+            req.retractions,
+            req.aborted,
+            req.rejected,
+            req.truncated,
+        )
     return (
         r.index,
         r.round,
