@@ -3,6 +3,7 @@
 # and Recorder is a cdef class, so the hooks the server calls for every batch, jump and finish
 # reach its state as struct fields instead of instance-dict look-ups. Every field stays a Python
 # object (Python access, the same numbers); a subclass in Python works as before.
+from simulator.engine.decode_jump cimport JumpColumns
 from simulator.engine.observer cimport ServerObserver
 from simulator.engine.rounds cimport jump_constants, majority_round
 
@@ -22,7 +23,7 @@ cdef class Recorder(ServerObserver):
     cdef public object _reqs
     cdef public object _finished
     cdef public object _d_chunks
-    cdef public object _jumps
+    cdef public JumpColumns _jumps  # its add() is a C call
     cdef public object _d_const
     cdef public object _d_const_packed
     cdef public object _d_tail
