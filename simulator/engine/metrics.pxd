@@ -9,6 +9,7 @@ from simulator.engine.rounds cimport jump_constants, majority_round
 
 
 cdef class Recorder(ServerObserver):
+    cdef object __weakref__  # weakref.ref(recorder) works as for the plain class
     cdef public object log_decode
     cdef public object decode_log_interval
     cdef public object log_stream
