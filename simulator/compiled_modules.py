@@ -44,6 +44,8 @@ COMPILED_MODULES = (
     "simulator.engine.metrics",
     "simulator.engine.rounds",
     "simulator.engine.request_rows",
+    "simulator.engine.record_pack",
+    "simulator.engine.observer",
     "simulator.radix.cache",
     "simulator.swa_window",
     "simulator.kv_allocator",

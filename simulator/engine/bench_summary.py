@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from simulator.engine.observer import PoolCapacity
+from simulator.engine.record_pack import group_by_key
 
 
 def bench_percentile(sorted_values: np.ndarray | list[float], q: float) -> float:
@@ -132,8 +133,7 @@ def per_round(
     swa_usage = dec["swa_token_usage"].astype(np.float64, copy=False)
     sorted_round = dec_round
     if len(dec_round) > 1 and bool((dec_round[1:] < dec_round[:-1]).any()):  # else the sort is the identity
-        order = np.argsort(dec_round, kind="stable")
-        full_usage, swa_usage, sorted_round = full_usage[order], swa_usage[order], dec_round[order]
+        sorted_round, full_usage, swa_usage = group_by_key(dec_round, full_usage, swa_usage)
     result = []
     for r in range(int(rounds[real].max()) + 1):
         sel = ok & (rounds == r)

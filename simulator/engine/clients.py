@@ -92,17 +92,21 @@ def _requests(trace: Trace, page_size: int) -> list[SimRequest]:
         isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
     )
     ignore_eos = isinstance(trace.closed_loop, BenchMultiturnLoop)
+    # positional (no keyword dict per row): rid, pages, prompt_len, output_len, arrival_s (NaN:
+    # SimRequest's default, set when it is sent), session, round, heartbeat, index, ignore_eos
+    nan = math.nan
     reqs = [
         SimRequest(
-            rid=rids[i],
-            pages=ids[offsets[i] : offsets[i + 1]] if rows is None else LazyPages(rows, i),
-            prompt_len=prompt[i],
-            output_len=output[i],
-            session=sessions[i],
-            round=turns[i],
-            heartbeat=bool(heartbeat_rows and sessions[i] is None),
-            index=i,
-            ignore_eos=ignore_eos,
+            rids[i],
+            ids[offsets[i] : offsets[i + 1]] if rows is None else LazyPages(rows, i),
+            prompt[i],
+            output[i],
+            nan,
+            sessions[i],
+            turns[i],
+            bool(heartbeat_rows and sessions[i] is None),
+            i,
+            ignore_eos,
         )
         for i in range(len(rids))
     ]

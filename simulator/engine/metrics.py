@@ -20,7 +20,6 @@ import math
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime, timedelta
-from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -32,6 +31,7 @@ from simulator.engine.decode_columns import DecodeColumns
 from simulator.engine.decode_jump import DecodeJump, JumpColumns
 from simulator.engine.observer import PoolCapacity, ServerObserver
 from simulator.engine.outputs import write_tables
+from simulator.engine.record_pack import float_rows
 from simulator.engine.request import SimRequest
 from simulator.engine.request_rows import RequestRows
 from simulator.engine.rounds import jump_constants, majority_round
@@ -224,9 +224,8 @@ class Recorder(ServerObserver):
     def _pack_prefill(self) -> None:
         """Move the recorded batches into one float64 array (80 bytes a batch instead of ~300
         as a tuple of Python numbers; every value is a time or a count far below 2**53)."""
-        rows = self._prefill  # np.fromiter, not np.array: no shape discovery over the tuples
-        packed = np.fromiter(chain.from_iterable(rows), np.float64, _PREFILL_FIELDS * len(rows))
-        self._prefill_packed.append(packed.reshape(-1, _PREFILL_FIELDS))
+        rows = self._prefill  # a typed loop in the compiled build (record_pack.float_rows)
+        self._prefill_packed.append(float_rows(rows, _PREFILL_FIELDS))
         self._n_prefill_packed += len(self._prefill)
         self._prefill = []
 
@@ -526,7 +525,7 @@ def _interleave(chunks: list, jump_cols: tuple[np.ndarray, ...], first: int) -> 
 
 def _const_array(const: list[tuple[int, int, int, int, float]]) -> np.ndarray:
     """The decode calls' constants (steps, running, queue, round, share) as an (n, 5) array."""
-    return np.fromiter(chain.from_iterable(const), np.float64, 5 * len(const)).reshape(-1, 5)
+    return float_rows(const, 5)
 
 
 _DECODE_DTYPES = {

@@ -3,7 +3,10 @@
 # (see) and finish reaches its own state without dictionary look-ups. No number changes type.
 cimport cython
 
+from simulator.engine.request cimport SimRequest
 
+
+@cython.locals(req=SimRequest)
 cpdef tuple numeric_row(r)
 
 

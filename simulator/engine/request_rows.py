@@ -13,11 +13,11 @@ their objects when the columns are built, exactly as every request was before.
 
 from __future__ import annotations
 
-from itertools import chain
 from typing import Any
 
 import numpy as np
 
+from simulator.engine.record_pack import float_rows
 from simulator.engine.request import SimRequest
 
 #: The numeric columns recorded per request, in the order of a recorded row (after its row).
@@ -42,7 +42,25 @@ _FIRST_CAPACITY = 1 << 12
 
 def numeric_row(r: SimRequest) -> tuple:
     """A request's numeric columns, in :data:`NUMERIC` order (every value a count far below
-    2**53, a bool or a time: exact as a float64)."""
+    2**53, a bool or a time: exact as a float64). A SimRequest is read through ``req``, its C
+    struct in the compiled build (request_rows.pxd); any other object by attribute name."""
+    if type(r) is SimRequest:
+        req = r
+        return (
+            req.index,
+            req.round,
+            req.heartbeat,
+            req.arrival_s,
+            req.first_token_s,
+            req.finish_s,
+            req.prompt_len,
+            req.cached_tokens,
+            req.output_len,
+            req.retractions,
+            req.aborted,
+            req.rejected,
+            req.truncated,
+        )
     return (
         r.index,
         r.round,
@@ -112,9 +130,7 @@ class RequestRows:
 
     def _pack(self) -> None:
         """Scatter the finished rows into the columns (grown to hold every row seen)."""
-        width = 1 + len(NUMERIC)
-        rows = np.fromiter(chain.from_iterable(self._rows), np.float64, width * len(self._rows))
-        rows = rows.reshape(-1, width)
+        rows = float_rows(self._rows, 1 + len(NUMERIC))
         self._rows = []
         self._grow(len(self.rid))
         at = rows[:, 0].astype(np.int64)
