@@ -212,12 +212,19 @@ def test_a_finished_request_is_freed_while_the_run_goes_on(tmp_path, rate):
     trace = load_trace(_tokens_trace(tmp_path, [100 + 50 * (i % 5) for i in range(n)]))
     cfg = SimConfig(model="gpt-oss-120b", gpu="H200", tp=8, page_size=64, request_rate=rate)
     alive_at_end: list[set[str]] = []
+    # requests left alive by earlier tests in this process are not this run's: held here so
+    # that their ids cannot be reused by this run's requests, and left out of the count
+    gc.collect()
+    earlier = [o for o in gc.get_objects() if isinstance(o, SimRequest)]
+    earlier_ids = {id(o) for o in earlier}
 
     class Counting(Recorder):
         def on_end(self, t, counters):
             super().on_end(t, counters)
             gc.collect()
-            alive_at_end.append({o.rid for o in gc.get_objects() if isinstance(o, SimRequest)})
+            alive_at_end.append(
+                {o.rid for o in gc.get_objects() if isinstance(o, SimRequest) and id(o) not in earlier_ids}
+            )
 
     rec = Counting.from_config(cfg)
     simulate(trace, cfg, rec)
