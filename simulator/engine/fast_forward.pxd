@@ -8,7 +8,7 @@
 # tests wrap the cache in a protocol proxy).
 cimport cython
 
-from simulator.engine.decode_clock cimport DecodeClock, segment_sums
+from simulator.engine.decode_clock cimport DecodeClock, segment_sums, segment_sums_from
 from simulator.engine.step_costs cimport StepCosts
 from simulator.engine.server_state cimport ServerReq
 from simulator.request_kv cimport ReqKV

@@ -14,7 +14,7 @@ import math
 
 import simpy
 
-from simulator.engine.decode_clock import DecodeClock, segment_sums
+from simulator.engine.decode_clock import DecodeClock, segment_sums, segment_sums_from
 from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
 
@@ -273,8 +273,12 @@ def price_jump(
     terms = costs.decode_terms(1)
     clock = DecodeClock(now, [], terms[1], terms[2], terms[3], terms[4])
     a = 0
+    members = None
     for b in cuts:
-        members, x0, y0, below = segment_sums(seqs, last, a, w)
+        if members is None:
+            members, x0, y0, below = segment_sums(seqs, last, a, w)
+        else:  # the members of a later segment are among the earlier one's
+            members, x0, y0, below = segment_sums_from(seqs, last, members, a, w)
         segments.append((a, b, members))
         n = len(members)
         clock.add(b - a, costs.decode_terms(n)[0], n, x0, y0, below)

@@ -25,10 +25,27 @@ cpdef tuple plan_jump(ServerCore server, long long k, double now)
                full_base=cython.longlong, swa_base=cython.longlong, full0=cython.longlong,
                swa0=cython.longlong, full1=cython.longlong, swa1=cython.longlong,
                recording=cython.bint, ran=list, opens=list, frees=list, recorded=list,
-               members=list, reqs=list, done_now=list, seg=JumpSegment, bulk=tuple,
-               sims=list, r=ServerReq)
+               members=list, done_now=list, seg=JumpSegment, bulk=tuple, sims=list,
+               r=ServerReq, full_used0=cython.longlong, swa_used0=cython.longlong)
 cpdef apply_jump(ServerCore server, list batch, list seqs, list last, list segments, clock,
                  long long m, double start)
+
+@cython.locals(reqs=list, starts=list, i=cython.Py_ssize_t, x=cython.longlong,
+               pages=cython.longlong)
+cpdef tuple _replay_segment(ServerCore server, list batch, list seqs, list members, long long a,
+                            long long b, long long forward0, clock, double start, list opens,
+                            list frees)
+
+@cython.locals(out=list, i=cython.Py_ssize_t)
+cpdef list picked(list items, list members)
+
+@cython.locals(seg=JumpSegment)
+cpdef JumpSegment new_segment(long long a, long long b, list batch, long long full_base,
+                              long long swa_base)
+
+@cython.locals(jump=DecodeJump)
+cpdef DecodeJump new_jump(clock, long long m, long long p, list opens, list frees, list segments,
+                          long long queue)
 
 @cython.locals(p=cython.longlong, opens=list, full_free=cython.longlong, swa_free=cython.longlong,
                frees=list, freed_pages=cython.longlong, step=cython.longlong,

@@ -10,7 +10,6 @@ jump, once the server module is loaded (as chunk_train.py).
 
 from __future__ import annotations
 
-import bisect
 import math
 
 from policies.swa_eviction import DecodeContext
@@ -69,6 +68,9 @@ def apply_jump(
     frees: list = bulk[3] if bulk is not None else []  # (step, SWA pages)
     recorded: list = []
     sims = sims_of(batch)
+    full_used0 = bulk[0] if bulk is not None else 0
+    swa_used0 = bulk[1] if bulk is not None else 0
+    nan = math.nan  # a finish's time: the client heard of it already (_FinishChain)
     offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
     for a, b, members in segments:
         if a >= m:
@@ -76,36 +78,29 @@ def apply_jump(
         if b > m:
             b = m
         if bulk is not None:
-            opened = bisect.bisect_left(opens, a)
+            opened = 0  # bisect_left(opens, a): opens is sorted
+            for x in opens:
+                if x >= a:
+                    break
+                opened += 1
             freed = 0
             for x, pages in frees:
                 if x < a:
                     freed += pages
-            full_base = bulk[0] + offset_full + opened * p
-            swa_base = bulk[1] + offset_swa + (opened - freed) * p
+            full_base = full_used0 + offset_full + opened * p
+            swa_base = swa_used0 + offset_swa + (opened - freed) * p
         else:
-            reqs = [batch[i] for i in members]
-            if recording:
-                full_base, swa_base, seg_opens, seg_frees = server._record_jump_segment(
-                    reqs, a, b, forward0, clock, start
-                )
-            else:  # a step of it may evict: SGLang's per-step sequence, by segment
-                full_base, swa_base, seg_opens, seg_frees = replay_quiet_steps(
-                    server, reqs, [seqs[i] + a for i in members], b - a, forward0 + a
-                )
-                advance(reqs, b - a)
-            for x in seg_opens:
-                opens.append(a + x)
-            for x, pages in seg_frees:
-                frees.append((a + x, pages))
-        seg = JumpSegment(a, b, [sims[i] for i in members], full_base, swa_base)
+            full_base, swa_base = _replay_segment(
+                server, batch, seqs, members, a, b, forward0, clock, start, opens, frees
+            )
+        seg = new_segment(a, b, picked(sims, members), full_base, swa_base)
         recorded.append(seg)
         done_now = finishing_at(batch, members, last, b)
         if done_now:
             full0, swa0 = cache.used_tokens()
             cache.free_group_begin()
             for r in done_now:  # positional: a C call in the compiled build
-                server._complete(r, math.nan, None, None, False, True)
+                server._complete(r, nan, None, None, False, True)
             cache.free_group_end()
             full1, swa1 = cache.used_tokens()
             seg.full_released = full1 - full0
@@ -113,12 +108,84 @@ def apply_jump(
             offset_full += seg.full_released
             offset_swa += seg.swa_released
     # requests that arrived during the last step are in the queue it reports
-    server.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(server.waiting)))
+    server.obs.on_decode_jump(new_jump(clock, m, p, opens, frees, recorded, len(server.waiting)))
     server.forward_ct = forward0 + m
     server.decode_steps += m
     server.ratio.on_decode_steps(m)
     server.running = unfinished(batch)
     server._check()
+
+
+def _replay_segment(
+    server,
+    batch: list,
+    seqs: list,
+    members: list,
+    a: int,
+    b: int,
+    forward0: int,
+    clock,
+    start: float,
+    opens: list,
+    frees: list,
+) -> tuple:
+    """The memory operations of a jump's segment ``[a, b)`` (its ``members``) step by step:
+    recorded (``_record_jump_segment``), or SGLang's per-step sequence where a step may evict.
+    Returns the segment's ``#full token`` / ``#swa token`` base; appends its page opens and
+    SWA frees, at the jump's steps, to ``opens`` and ``frees``."""
+    reqs = picked(batch, members)
+    if server.ops is not None:
+        full_base, swa_base, seg_opens, seg_frees = server._record_jump_segment(
+            reqs, a, b, forward0, clock, start
+        )
+    else:  # a step of it may evict: SGLang's per-step sequence, by segment
+        starts: list = []
+        for i in members:
+            starts.append(seqs[i] + a)
+        full_base, swa_base, seg_opens, seg_frees = replay_quiet_steps(
+            server, reqs, starts, b - a, forward0 + a
+        )
+        advance(reqs, b - a)
+    for x in seg_opens:
+        opens.append(a + x)
+    for x, pages in seg_frees:
+        frees.append((a + x, pages))
+    return full_base, swa_base
+
+
+def picked(items: list, members: list) -> list:
+    """``[items[i] for i in members]`` (a typed loop in the compiled build)."""
+    out: list = []
+    for i in members:
+        out.append(items[i])
+    return out
+
+
+def new_segment(a: int, b: int, batch: list, full_base: int, swa_base: int) -> JumpSegment:
+    """``JumpSegment(a, b, batch, full_base, swa_base)``, its fields set directly (no keyword
+    parsing: one is built per segment of every jump)."""
+    seg = JumpSegment.__new__(JumpSegment)
+    seg.first = a
+    seg.end = b
+    seg.batch = batch
+    seg.full_base = full_base
+    seg.swa_base = swa_base
+    seg.full_released = 0
+    seg.swa_released = 0
+    return seg
+
+
+def new_jump(clock, m: int, p: int, opens: list, frees: list, segments: list, queue: int) -> DecodeJump:
+    """``DecodeJump(clock, m, p, opens, frees, segments, queue)``, its fields set directly."""
+    jump = DecodeJump.__new__(DecodeJump)
+    jump.clock = clock
+    jump.steps = m
+    jump.page_size = p
+    jump.opens = opens
+    jump.swa_frees = frees
+    jump.segments = segments
+    jump.queue = queue
+    return jump
 
 
 def replay_jump(server, batch: list, seqs0: list, ran: list, m: int, forward_ct: int):
