@@ -6,6 +6,7 @@
 # integers; the other counters stay Python objects (a jump may add a numpy integer).
 cimport cython
 from simulator.engine.admission cimport PrefillAdder, PrefillBatch, new_prefill_adder
+from simulator.engine.intake cimport client_sampling
 from simulator.engine.request cimport SimRequest
 # ServerReq under another name: server.py re-exports the Python name (a cimported one is no attribute)
 from simulator.engine.server_state cimport ServerReq as Req, NewTokenRatio, init_req_max_new_tokens, server_req
@@ -79,7 +80,7 @@ cdef class ServerCore:
     cpdef bint _is_chunk_train(self, list batch) except -1
     @cython.locals(r=Req)
     cpdef _start_prefill(self, list batch)
-    @cython.locals(r=Req)
+    @cython.locals(r=Req, sim=SimRequest, first=cython.double)
     cpdef _end_prefill(self, list batch, tuple step)
     cpdef long long _decode_span(self) except? -1
     cpdef _end_jump(self)
