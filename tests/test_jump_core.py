@@ -60,3 +60,38 @@ def test_jump_columns_keep_growing_after_a_read() -> None:
     np.testing.assert_array_equal(full2[:4], full)
     np.testing.assert_array_equal(swa2[:4], swa)
     assert len(full2) == 8
+
+
+class _Sim:
+    def __init__(self, rnd: int, heartbeat: bool) -> None:
+        self.round, self.heartbeat = rnd, heartbeat
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_jump_constants_follow_round_counts_down_the_segments(seed: int) -> None:
+    """Batches of several rounds that shrink segment by segment (their labels come from the
+    previous counts less the requests that left) get ``majority_round``'s answer, ties too."""
+    from simulator.engine.rounds import jump_constants, majority_round
+
+    rng = np.random.default_rng(seed)
+    rounds = int(rng.integers(1, 5))
+    sims = [_Sim(int(rng.integers(0, rounds)), bool(rng.random() < 0.15)) for _ in range(12)]
+    segments, a, batch = [], 0, sims
+    for _ in range(int(rng.integers(1, 7))):
+        if rng.random() < 0.1:  # now and then a batch that is not a subsequence
+            batch = [sims[int(i)] for i in rng.permutation(len(sims))[: len(batch)]]
+        segments.append(JumpSegment(a, a + 3, batch, 0, 0))
+        batch = [s for s in batch if rng.random() < 0.75]
+        a += 3
+    jump = DecodeJump(DecodeClock(0.0, [], 1e-9, 1e-9, 1e-9, 1e-9), a, 64, [], [], segments, 1)
+    got: list = []
+    jump_constants(got, jump)
+    want: list = []
+    for s in segments:
+        label = majority_round(s.batch)
+        if s.end == a:
+            want.append((2, len(s.batch), 0, *label))
+            want.append((1, len(s.batch), 1, *label))
+        else:
+            want.append((3, len(s.batch), 0, *label))
+    assert got == want
