@@ -49,8 +49,8 @@ def test_picked_segments_and_jumps_match_their_constructors() -> None:
 
 
 def test_jump_columns_keep_growing_after_a_read() -> None:
-    """The integer columns are int64 arrays: a read copies them, so that later jumps can still
-    be added (an array whose buffer numpy viewed could not grow)."""
+    """Reading the token counts leaves the columns as they were: later jumps extend them, and the
+    counts of the earlier steps stay the same."""
     clock = DecodeClock(0.0, [(4, 1.0, 1, 0, 0, 0)], 0.0, 0.0, 0.0, 0.0)
     cols = JumpColumns()
     cols.add(DecodeJump(clock, 4, 64, [0, 2], [(1, 1)], [JumpSegment(0, 4, [], 640, 320, -64, 0)], 0))

@@ -28,12 +28,13 @@ cdef class DecodeJump:
 cdef class JumpColumns:
     cdef public long long steps
     cdef list _pieces
-    cdef object _opens  # the integer columns: array("q")
-    cdef object _frees
-    cdef object _segs
-    cdef object _released
+    cdef list _opens
+    cdef list _frees
+    cdef list _segs
+    cdef list _released
 
     @cython.locals(g=cython.longlong, m=cython.longlong, start=cython.longlong,
                    length=cython.longlong, s=cython.longlong, pages=cython.longlong,
-                   p=cython.longlong, seg=JumpSegment, pieces=list)
+                   p=cython.longlong, seg=JumpSegment, pieces=list, opens=list, frees=list,
+                   segs=list, released=list)
     cpdef add(self, DecodeJump jump)

@@ -10,7 +10,6 @@ arrays of every jump of a run with :func:`materialize` in one vectorised pass in
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import Iterator
 
 import numpy as np
@@ -109,8 +108,7 @@ class JumpColumns:
 
     A recorder that kept the :class:`DecodeJump` objects would keep tens of thousands of small
     container objects alive, and every full garbage collection walks them all; numbers in a few
-    flat columns cost the collector nothing (the integers in int64 arrays, which numpy reads as
-    they are). Step times repeat :meth:`DecodeClock.ends`'s
+    flat lists cost the collector nothing. Step times repeat :meth:`DecodeClock.ends`'s
     operations element for element (``tri1 * a``, plus ``tri2 * b``, plus ``E``), so they are
     the same floats.
     """
@@ -118,11 +116,10 @@ class JumpColumns:
     def __init__(self) -> None:
         self.steps = 0  # steps added so far
         self._pieces: list[float] = []  # per piece: first step, steps, E, a, b
-        # the integer columns are int64 arrays: numpy reads them without a conversion per number
-        self._opens = array("q")  # the step of each page opened
-        self._frees = array("q")  # per decode-eviction free: step, SWA pages
-        self._segs = array("q")  # per segment: first step, steps, full_base, swa_base, page
-        self._released = array("q")  # per segment ending in releases: last step, full, swa
+        self._opens: list[int] = []  # the step of each page opened
+        self._frees: list[int] = []  # per decode-eviction free: step, SWA pages
+        self._segs: list[int] = []  # per segment: first step, steps, full_base, swa_base, page
+        self._released: list[int] = []  # per segment ending in releases: last step, full, swa
 
     def add(self, jump: DecodeJump) -> None:
         # one append per number: no tuple is built to extend a column with
@@ -136,25 +133,22 @@ class JumpColumns:
             pieces.append(e)
             pieces.append(alpha)
             pieces.append(beta)
-        if jump.opens:
-            put = self._opens.append
-            for s in jump.opens:
-                put(g + s)
-        if jump.swa_frees:
-            put = self._frees.append
-            for s, pages in jump.swa_frees:
-                put(g + s)
-                put(pages)
-        put = self._segs.append
-        p = jump.page_size
+        opens = self._opens
+        for s in jump.opens:
+            opens.append(g + s)
+        frees = self._frees
+        for s, pages in jump.swa_frees:
+            frees.append(g + s)
+            frees.append(pages)
+        segs, p = self._segs, jump.page_size
+        released = self._released
         for seg in jump.segments:
-            put(g + seg.first)
-            put(seg.end - seg.first)
-            put(seg.full_base)
-            put(seg.swa_base)
-            put(p)
+            segs.append(g + seg.first)
+            segs.append(seg.end - seg.first)
+            segs.append(seg.full_base)
+            segs.append(seg.swa_base)
+            segs.append(p)
             if seg.full_released or seg.swa_released:
-                released = self._released
                 released.append(g + seg.end - 1)
                 released.append(seg.full_released)
                 released.append(seg.swa_released)
@@ -254,7 +248,7 @@ class JumpColumns:
         return full, swa
 
 
-def _int64s(values: array) -> np.ndarray:
-    """An int64 column as a numpy array of its own (a copy: the column may grow later, which
-    it could not while an array viewed its buffer)."""
-    return np.frombuffer(values, dtype=np.int64).copy()
+def _int64s(values: list[int]) -> np.ndarray:
+    """A list of Python ints as an int64 array (``np.fromiter`` with the count: no type
+    discovery pass over the list)."""
+    return np.fromiter(values, dtype=np.int64, count=len(values))
