@@ -41,6 +41,7 @@ COMPILED_MODULES = (
     "simulator.engine.overlap",
     "simulator.engine.overlap_jump",
     "simulator.engine.chunk_train",
+    "simulator.engine.jump_core",
     "simulator.engine.metrics",
     "simulator.engine.rounds",
     "simulator.engine.request_rows",

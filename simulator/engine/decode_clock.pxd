@@ -41,3 +41,7 @@ cdef class DecodeClock:
 @cython.locals(i=cython.Py_ssize_t, x=cython.longlong, x0=cython.longlong, y0=cython.longlong,
                below=cython.longlong, members=list)
 cpdef tuple segment_sums(list seqs, list last, long long a, long long w)
+
+@cython.locals(i=cython.Py_ssize_t, x=cython.longlong, x0=cython.longlong, y0=cython.longlong,
+               below=cython.longlong, members=list)
+cpdef tuple segment_sums_from(list seqs, list last, list prev, long long a, long long w)

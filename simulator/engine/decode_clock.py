@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-__all__ = ["DecodeClock", "segment_sums", "triangles"]
+__all__ = ["DecodeClock", "segment_sums", "segment_sums_from", "triangles"]
 
 
 class DecodeClock:
@@ -191,6 +191,27 @@ def segment_sums(seqs: list[int], last: list[int], a: int, w: int) -> tuple[list
     members: list[int] = []
     x0 = y0 = below = 0
     for i in range(len(last)):
+        if last[i] >= a:
+            members.append(i)
+            x = seqs[i] + 1 + a
+            x0 += x
+            if x < w:
+                y0 += x
+                below += 1
+            else:
+                y0 += w
+    return members, x0, y0, below
+
+
+def segment_sums_from(
+    seqs: list[int], last: list[int], prev: list[int], a: int, w: int
+) -> tuple[list[int], int, int, int]:
+    """:func:`segment_sums` of the segment at step ``a`` given ``prev``, the members of an
+    earlier segment (those of later segments are among them: requests only leave a jump), so
+    that only they are visited; the same members in the same order, the same sums."""
+    members: list[int] = []
+    x0 = y0 = below = 0
+    for i in prev:
         if last[i] >= a:
             members.append(i)
             x = seqs[i] + 1 + a

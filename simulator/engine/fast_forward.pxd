@@ -8,9 +8,8 @@
 # tests wrap the cache in a protocol proxy).
 cimport cython
 
-from policies.swa_eviction cimport DecodeContext
-from simulator.engine.decode_clock cimport DecodeClock, segment_sums
-from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
+from simulator.engine.decode_clock cimport DecodeClock, segment_sums, segment_sums_from
+from simulator.engine.step_costs cimport StepCosts
 from simulator.engine.server_state cimport ServerReq
 from simulator.request_kv cimport ReqKV
 
@@ -39,10 +38,6 @@ cdef class _FinishChain:
 cpdef _fire_chain(_FinishChain chain)
 
 
-@cython.locals(batch=list, seqs=list, last=list, segments=list, clock=DecodeClock,
-               m=cython.longlong, arrival=cython.double, finishing=list)
-cpdef tuple plan_jump(server, long long k, double now)
-
 @cython.locals(rem=list, r=ReqKV)
 cpdef list remaining_outputs(list batch)
 
@@ -69,19 +64,8 @@ cpdef long long quiet_span(list batch, list rem, long long p, long long w, cache
 @cython.locals(i=cython.Py_ssize_t, f=cython.longlong, a=cython.longlong, b=cython.longlong,
                n=cython.longlong, x0=cython.longlong, y0=cython.longlong, below=cython.longlong,
                members=list, segments=list, cuts=list, ends=set, terms=tuple, clock=DecodeClock)
-cpdef tuple price_jump(costs, list seqs, list last, long long k, double now, double arrival,
+cpdef tuple price_jump(StepCosts costs, list seqs, list last, long long k, double now, double arrival,
                        long long beyond, long long w)
-
-@cython.locals(forward0=cython.longlong, p=cython.longlong, a=cython.longlong, b=cython.longlong,
-               opened=cython.longlong, freed=cython.longlong, x=cython.longlong,
-               pages=cython.longlong, offset_full=cython.longlong, offset_swa=cython.longlong,
-               full_base=cython.longlong, swa_base=cython.longlong, full0=cython.longlong,
-               swa0=cython.longlong, full1=cython.longlong, swa1=cython.longlong,
-               recording=cython.bint, ran=list, opens=list, frees=list, recorded=list,
-               members=list, reqs=list, done_now=list, seg=JumpSegment, bulk=tuple,
-               sims=list)
-cpdef apply_jump(server, list batch, list seqs, list last, list segments, clock, long long m,
-                 double start)
 
 @cython.locals(done=list, j=cython.Py_ssize_t, i=cython.Py_ssize_t, f=cython.longlong, r=ReqKV)
 cpdef list finishing_at(list batch, list members, list last, long long b)
@@ -91,21 +75,6 @@ cpdef advance(list reqs, long long n)
 
 @cython.locals(i=cython.Py_ssize_t, n=cython.longlong, s=cython.longlong, opens=list)
 cpdef list page_opens(list seqs0, list ran, long long p)
-
-@cython.locals(p=cython.longlong, opens=list, full_free=cython.longlong, swa_free=cython.longlong,
-               frees=list, freed_pages=cython.longlong, step=cython.longlong,
-               freed=cython.longlong, pages=cython.longlong, full_used0=cython.longlong,
-               swa_used0=cython.longlong, i=cython.Py_ssize_t, n=cython.longlong,
-               ctx=DecodeContext, r=ReqKV)
-cpdef object replay_jump(server, list batch, list seqs0, list ran, long long m, long long forward_ct)
-
-@cython.locals(bs=cython.Py_ssize_t, p=cython.longlong, opens=list, total=cython.longlong,
-               i=cython.Py_ssize_t, s=cython.longlong, _j=cython.longlong, n=cython.longlong,
-               ctx=DecodeContext, free_list=list, frees_total=cython.longlong,
-               step=cython.longlong, freed=cython.longlong, pages=cython.longlong,
-               full_used0=cython.longlong, swa_used0=cython.longlong, open_steps=list,
-               full_free=cython.longlong, swa_free=cython.longlong, frees=list)
-cpdef tuple replay_quiet_steps(server, list batch, list seqs0, long long m, long long forward_ct)
 
 @cython.locals(m=cython.Py_ssize_t, s=cython.Py_ssize_t, t=cython.Py_ssize_t,
                cons=cython.longlong, freed=cython.longlong, need=cython.longlong,

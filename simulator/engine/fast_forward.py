@@ -10,14 +10,11 @@ running every step on its own, bit for bit (tests/test_engine_server.py).
 
 from __future__ import annotations
 
-import bisect
 import math
 
 import simpy
 
-from policies.swa_eviction import DecodeContext
-from simulator.engine.decode_clock import DecodeClock, segment_sums
-from simulator.engine.decode_jump import DecodeJump, JumpSegment
+from simulator.engine.decode_clock import DecodeClock, segment_sums, segment_sums_from
 from simulator.engine.server_state import ServerReq
 from simulator.radix.cache import OutOfMemory
 
@@ -33,6 +30,18 @@ class _DeferredFrees:
 
 
 _DEFERRED_FREES = _DeferredFrees()
+_JUMP_CORE: list = []  # simulator.engine.jump_core, once loaded (_jump_core)
+
+
+def _jump_core():
+    """The jump's server-typed steps (simulator.engine.jump_core): imported on the first jump,
+    once server.py has loaded (jump_core.pxd cimports ``ServerCore``; server.py imports this
+    module at its top), and kept for the later ones."""
+    if not _JUMP_CORE:
+        from simulator.engine import jump_core
+
+        _JUMP_CORE.append(jump_core)
+    return _JUMP_CORE[0]
 
 
 class _FinishChain:
@@ -134,8 +143,9 @@ class FastForwardMixin:
         leaves after f. Clients learn of each finish at its exact time (:class:`_FinishChain`); the
         cache-side release is replayed in step order after the clock has moved.
         """
+        core = _JUMP_CORE[0] if _JUMP_CORE else _jump_core()
         now = self.env.now
-        batch, seqs, last, segments, clock, m, chain = plan_jump(self, k, now)
+        batch, seqs, last, segments, clock, m, chain = core.plan_jump(self, k, now)
         try:
             yield self.env.timeout(clock.end(m - 1) - now)
         except simpy.Interrupt:
@@ -149,7 +159,7 @@ class FastForwardMixin:
                 yield self.env.timeout(remaining)
         finally:
             self._interrupt_before = -math.inf
-        apply_jump(self, batch, seqs, last, segments, clock, m, now)
+        core.apply_jump(self, batch, seqs, last, segments, clock, m, now)
 
     def _price_jump(
         self, seqs: list[int], last: list[int], k: int, now: float, arrival: float, beyond: int = 0
@@ -161,39 +171,18 @@ class FastForwardMixin:
         self, batch: list[ServerReq], seqs0: list[int], ran: list[int], m: int, forward_ct: int
     ) -> tuple[int, int, list[int], list[tuple[int, int]]] | None:
         """A whole jump's memory operations at once, when no step of it can evict
-        (:func:`replay_jump`); None (nothing done) otherwise."""
-        return replay_jump(self, batch, seqs0, ran, m, forward_ct)
+        (:func:`~simulator.engine.jump_core.replay_jump`); None (nothing done) otherwise."""
+        return _jump_core().replay_jump(self, batch, seqs0, ran, m, forward_ct)
 
     def _replay_quiet_steps(
         self, batch: list[ServerReq], seqs0: list[int], m: int, forward_ct: int
     ) -> tuple[int, int, list[int], list[tuple[int, int]]]:
         """``m`` decode steps' memory operations in SGLang's per-step order
-        (:func:`replay_quiet_steps`)."""
-        return replay_quiet_steps(self, batch, seqs0, m, forward_ct)
+        (:func:`~simulator.engine.jump_core.replay_quiet_steps`)."""
+        return _jump_core().replay_quiet_steps(self, batch, seqs0, m, forward_ct)
 
 
 # --- the jump's typed loops (fast_forward.pxd types them in the compiled build) ----------------
-
-
-def plan_jump(server, k: int, now: float) -> tuple:
-    """A jump of up to ``k`` steps from ``now``, before the clock moves (the generator's typed
-    part): ``(batch, seqs, last, segments, clock, m, chain)``, ``m`` the steps before the
-    announced arrival's step ends, ``chain`` the finishes' :class:`_FinishChain` (or None).
-    Sets ``_interrupt_before``: an arrival during the last planned step changes nothing; one
-    before it cuts the jump."""
-    batch = list(server.running)
-    seqs, last = jump_inputs(batch, k)  # tokens allocated; the last step in the span
-    arrival = server._next_arrival if server._next_arrival > now else math.inf
-    arrival = min(arrival, server._jump_deadline)  # HiCache: end before the next transfer ack
-    segments, clock = price_jump(server.costs, seqs, last, k, now, arrival, 0, server.window)
-    m = clock.steps
-    if arrival < clock.priced_end():
-        # the announced arrival lands in step m - 1: the jump ends with that step
-        m = clock.steps_ended_by(arrival) + 1
-    finishing = finishing_steps(batch, last, m)
-    chain = _FinishChain(server, batch, finishing, clock) if finishing else None
-    server._interrupt_before = clock.end(m - 2) if m > 1 else now
-    return batch, seqs, last, segments, clock, m, chain
 
 
 def remaining_outputs(batch: list) -> list:
@@ -284,8 +273,12 @@ def price_jump(
     terms = costs.decode_terms(1)
     clock = DecodeClock(now, [], terms[1], terms[2], terms[3], terms[4])
     a = 0
+    members = None
     for b in cuts:
-        members, x0, y0, below = segment_sums(seqs, last, a, w)
+        if members is None:
+            members, x0, y0, below = segment_sums(seqs, last, a, w)
+        else:  # the members of a later segment are among the earlier one's
+            members, x0, y0, below = segment_sums_from(seqs, last, members, a, w)
         segments.append((a, b, members))
         n = len(members)
         clock.add(b - a, costs.decode_terms(n)[0], n, x0, y0, below)
@@ -295,75 +288,6 @@ def price_jump(
         ):
             break  # the announced arrival comes first: price no further
     return segments, clock
-
-
-def apply_jump(
-    server, batch: list, seqs: list, last: list, segments: list, clock, m: int, start: float
-) -> None:
-    """The cache side of a jump that began at ``start`` and whose first ``m`` steps ran:
-    memory operations, releases at finish in step order, and the jump's report
-    (:class:`DecodeJump`). Recording, the memory operations go segment by segment
-    (``_record_jump_segment``), each before the releases at its end."""
-    forward0 = server.forward_ct
-    p = server.page_size
-    cache = server.cache
-    ran = steps_ran(last, m)
-    recording = server.ops is not None
-    bulk = None if recording else replay_jump(server, batch, seqs, ran, m, forward0)
-    opens: list = bulk[2] if bulk is not None else []  # a page opens at each, in step order
-    frees: list = bulk[3] if bulk is not None else []  # (step, SWA pages)
-    recorded: list = []
-    sims = sims_of(batch)
-    offset_full = offset_swa = 0  # what releases inside the jump changed #full / #swa token by
-    for a, b, members in segments:
-        if a >= m:
-            break
-        if b > m:
-            b = m
-        if bulk is not None:
-            opened = bisect.bisect_left(opens, a)
-            freed = 0
-            for x, pages in frees:
-                if x < a:
-                    freed += pages
-            full_base = bulk[0] + offset_full + opened * p
-            swa_base = bulk[1] + offset_swa + (opened - freed) * p
-        else:
-            reqs = [batch[i] for i in members]
-            if recording:
-                full_base, swa_base, seg_opens, seg_frees = server._record_jump_segment(
-                    reqs, a, b, forward0, clock, start
-                )
-            else:  # a step of it may evict: SGLang's per-step sequence, by segment
-                full_base, swa_base, seg_opens, seg_frees = replay_quiet_steps(
-                    server, reqs, [seqs[i] + a for i in members], b - a, forward0 + a
-                )
-                advance(reqs, b - a)
-            for x in seg_opens:
-                opens.append(a + x)
-            for x, pages in seg_frees:
-                frees.append((a + x, pages))
-        seg = JumpSegment(a, b, [sims[i] for i in members], full_base, swa_base)
-        recorded.append(seg)
-        done_now = finishing_at(batch, members, last, b)
-        if done_now:
-            full0, swa0 = cache.used_tokens()
-            cache.free_group_begin()
-            for r in done_now:
-                server._complete(r, math.nan, notify=False)
-            cache.free_group_end()
-            full1, swa1 = cache.used_tokens()
-            seg.full_released = full1 - full0
-            seg.swa_released = swa1 - swa0
-            offset_full += seg.full_released
-            offset_swa += seg.swa_released
-    # requests that arrived during the last step are in the queue it reports
-    server.obs.on_decode_jump(DecodeJump(clock, m, p, opens, frees, recorded, len(server.waiting)))
-    server.forward_ct = forward0 + m
-    server.decode_steps += m
-    server.ratio.on_decode_steps(m)
-    server.running = unfinished(batch)
-    server._check()
 
 
 def steps_ran(last: list, m: int) -> list:
@@ -429,95 +353,6 @@ def page_opens(seqs0: list, ran: list, p: int) -> list:
             opens.append(s)
             s += p
     return opens
-
-
-def replay_jump(server, batch: list, seqs0: list, ran: list, m: int, forward_ct: int):
-    """A whole jump's memory operations at once, when no step of it can evict.
-
-    Request ``i`` ran ``ran[i]`` of the jump's ``m`` steps. If free pages cover every page the
-    jump opens with a full batch to spare, no step runs short (releases only add free pages),
-    so SGLang's per-step sequence reduces to net allocations and SWA frees, applied here in
-    one go, and each request's counters advance. Returns ``#full token`` / ``#swa token``
-    before the jump, the steps that open a page (sorted, one entry per page) and the
-    ``(step, pages)`` SWA frees; or None (nothing done) otherwise, and the caller replays
-    segment by segment (:func:`replay_quiet_steps`).
-    """
-    p = server.page_size
-    cache = server.cache
-    opens = page_opens(seqs0, ran, p)
-    full_free, swa_free = cache.free_pages()
-    if min(full_free, swa_free) - len(opens) < len(batch):
-        return None
-    opens.sort()
-    ctx = DecodeContext(server.window, p, _DEFERRED_FREES, forward_ct)
-    frees: list = []
-    freed_pages = 0
-    for step, freed in server.swa_policy.run_batch(batch, ctx, ran):
-        pages = freed // p
-        frees.append((step, pages))
-        freed_pages += pages
-    full_used0, swa_used0 = cache.used_tokens()
-    server.swa_freed_by_decode += freed_pages * p
-    cache.alloc_pages_and_free_swa(len(opens), freed_pages)
-    if len(ran) != len(batch):
-        raise ValueError("replay_jump: one step count per request")
-    for i in range(len(batch)):
-        r = batch[i]
-        n = ran[i]
-        r.kv_allocated_len += n
-        r.decode_batch_idx += n
-        r.num_outputs += n
-    return full_used0, swa_used0, opens, frees
-
-
-def replay_quiet_steps(server, batch: list, seqs0: list, m: int, forward_ct: int) -> tuple:
-    """Apply ``m`` decode steps' memory operations in SGLang's per-step order.
-
-    Per step: ``check_decode_mem`` (evict for the pages it opens), the SWA-eviction policy,
-    ``alloc_for_decode`` (evict to ``bs * page``, then allocate). Between the steps where a
-    pool runs short, allocations and SWA frees are applied in bulk. Returns ``#full token``
-    and ``#swa token`` before the steps, the steps that open a page (one entry per page) and
-    the ``(step, pages)`` SWA frees: evictions move evictable to available, so they change
-    neither count (:class:`JumpSegment`).
-    """
-    bs = len(batch)
-    p = server.page_size
-    cache = server.cache
-    opens = [0] * m  # pages opened at step s
-    total = 0
-    for i in range(len(seqs0)):
-        s = (-seqs0[i]) % p  # the first step at which this request opens a page
-        while s < m:
-            opens[s] += 1
-            total += 1
-            s += p
-    # SWA-eviction events, computed without touching the allocator, applied in order below
-    ctx = DecodeContext(server.window, p, _DEFERRED_FREES, forward_ct)
-    policy = server.swa_policy
-    free_list: list = []
-    frees_total = 0
-    for r in batch:
-        for step, freed in policy.run_steps(r, ctx, m):
-            free_list.append((step, freed // p))
-            frees_total += freed
-    frees_total //= p
-    server.swa_freed_by_decode += frees_total * p
-    full_used0, swa_used0 = cache.used_tokens()
-    open_steps: list = []  # the step of every page opened, in step order
-    for s in range(m):
-        n = opens[s]
-        for _j in range(n):
-            open_steps.append(s)
-    full_free, swa_free = cache.free_pages()
-    if min(full_free, swa_free) - total >= bs:
-        # free pages never drop below a batch's worth: no step evicts
-        cache.alloc_pages_and_free_swa(total, frees_total)
-        return full_used0, swa_used0, open_steps, free_list
-    frees = [0] * m  # SWA pages freed at step s (before its alloc)
-    for step, pages in free_list:
-        frees[step] += pages
-    replay_short_steps(cache, opens, frees, bs, p)
-    return full_used0, swa_used0, open_steps, free_list
 
 
 def replay_short_steps(cache, opens: list, frees: list, bs: int, p: int) -> None:

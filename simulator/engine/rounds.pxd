@@ -11,13 +11,25 @@ from simulator.engine.request cimport SimRequest
 @cython.locals(req=SimRequest)
 cpdef tuple majority_round(batch)
 
-@cython.locals(req=SimRequest, counts=dict, n=cython.Py_ssize_t, best=cython.Py_ssize_t,
-               c=cython.Py_ssize_t)
+@cython.locals(counts=dict, n=cython.Py_ssize_t)
 cpdef tuple _mixed_rounds(batch)
 
+@cython.locals(req=SimRequest, counts=dict, n=cython.Py_ssize_t)
+cpdef tuple _round_counts(batch)
+
+@cython.locals(best=cython.Py_ssize_t, c=cython.Py_ssize_t)
+cpdef tuple _top_round(dict counts, Py_ssize_t n)
+
+@cython.locals(req=SimRequest, counts=dict, n=cython.Py_ssize_t)
+cpdef tuple _count_rounds(list batch)
+
 @cython.locals(steps=cython.longlong, queue=cython.longlong, running=cython.Py_ssize_t,
-               k=cython.longlong, seg=JumpSegment, batch=list, prev=list)
+               k=cython.longlong, seg=JumpSegment, batch=list, prev=list, counts=dict,
+               n=cython.Py_ssize_t, known=tuple)
 cpdef jump_constants(list const, DecodeJump jump)
+
+@cython.locals(nb=cython.Py_ssize_t, j=cython.Py_ssize_t, c=cython.Py_ssize_t, req=SimRequest)
+cpdef Py_ssize_t _drop_leavers(list batch, list prev, dict counts, Py_ssize_t n) except? -2
 
 @cython.locals(n=cython.Py_ssize_t, j=cython.Py_ssize_t, req=SimRequest)
 cpdef object _round_of_subset(list batch, list prev, rnd, double share)

@@ -2,12 +2,15 @@
 # as it is without Cython). ServerCore is a cdef class: the scheduler loop's methods read and
 # write its attributes as C fields instead of instance-dictionary entries. ServerModel (a Python
 # class: its mixins are plain classes) derives from it, so the mixins reach the same attributes
-# through their descriptors. Counters stay Python objects (a jump may add a numpy integer).
+# through their descriptors. The step counter forward_ct, the page size and the window are C
+# integers; the other counters stay Python objects (a jump may add a numpy integer).
 cimport cython
 from simulator.engine.admission cimport PrefillAdder, PrefillBatch, new_prefill_adder
+from simulator.engine.intake cimport client_sampling
 from simulator.engine.request cimport SimRequest
 # ServerReq under another name: server.py re-exports the Python name (a cimported one is no attribute)
-from simulator.engine.server_state cimport ServerReq as Req, init_req_max_new_tokens, server_req
+from simulator.engine.server_state cimport ServerReq as Req, NewTokenRatio, init_req_max_new_tokens, server_req
+from simulator.engine.step_costs cimport StepCosts
 
 
 cdef class ServerCore:
@@ -15,23 +18,23 @@ cdef class ServerCore:
     cdef public object cfg
     cdef public object pools
     cdef public object cost
-    cdef public object costs
+    cdef public StepCosts costs
     cdef public object obs
     cdef public bint overlap
     cdef public object max_new_mode
-    cdef public object page_size
-    cdef public object window
+    cdef public long long page_size
+    cdef public long long window
     cdef public object hicache
     cdef public object cache
     cdef public double _jump_deadline
     cdef public object ops
     cdef public object _step
     cdef public object swa_policy
-    cdef public object ratio
+    cdef public NewTokenRatio ratio
     cdef public object waiting
     cdef public list running
     cdef public object chunked
-    cdef public object forward_ct
+    cdef public long long forward_ct
     cdef public object decode_steps
     cdef public object swa_freed_by_decode
     cdef public object retractions
@@ -77,7 +80,7 @@ cdef class ServerCore:
     cpdef bint _is_chunk_train(self, list batch) except -1
     @cython.locals(r=Req)
     cpdef _start_prefill(self, list batch)
-    @cython.locals(r=Req)
+    @cython.locals(r=Req, sim=SimRequest, first=cython.double)
     cpdef _end_prefill(self, list batch, tuple step)
     cpdef long long _decode_span(self) except? -1
     cpdef _end_jump(self)

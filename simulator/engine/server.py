@@ -66,14 +66,14 @@ class ServerCore:
             raise ConfigError(f"request {sim.rid}: prompt and output must be non-empty")
         sim.arrival_s = self.env.now if math.isnan(sim.arrival_s) else sim.arrival_s
         req = server_req(sim)
-        cfg = self.cfg
+        cfg, pools = self.cfg, self.pools
         # the client's value stays a Python int until init_req_max_new_tokens clips it: the
         # compiled ServerReq holds max_new_tokens in 64 bits, a client may send more
         req.ignore_eos, max_new, stated = client_sampling(sim, cfg.ignore_eos, self.max_new_mode)
         req.done = self.env.event()
         self.obs.on_arrival(sim)
         rejected = reject_reason(
-            sim.prompt_len, max_new if stated else None, self.pools.context_length, self.pools.full_tokens
+            sim.prompt_len, max_new if stated else None, pools.context_length, pools.full_tokens
         )
         if rejected is not None and cfg.allow_auto_truncate:
             self._truncate(req, max_new if stated else None)  # cut to fit instead
@@ -81,7 +81,6 @@ class ServerCore:
         if rejected is not None:
             self._reject(req, rejected)
             return req.done
-        pools = self.pools
         req.max_new_tokens = init_req_max_new_tokens(
             max_new, sim.prompt_len, pools.context_length, pools.full_tokens, pools.page_size
         )
@@ -388,7 +387,8 @@ class ServerCore:
                 continue
             r.num_outputs += 1
             sim = r.sim
-            if math.isnan(sim.first_token_s):
+            first = sim.first_token_s
+            if first != first:  # NaN (math.isnan without a call): the request's first token
                 sim.first_token_s = t1
                 self.obs.on_first_token(sim)
             if r.num_outputs >= r.output_len:
