@@ -56,6 +56,8 @@ cdef class TreeCore:
     cdef void _evict_swa(self, long long shortfall, long long target, long long* full_ev, long long* swa_ev) except *
     # the tree's API (match, locks, insert), overridden by _core_tree.UnifiedSWARadixTree: a typed
     # caller (the compiled cache controller, cache.pxd) calls them in C
+    cpdef tuple c_evict(self, long long full_shortfall, long long swa_shortfall)
+    cpdef tuple lock_footprint(self, TreeNode node)
     cpdef match_prefix(self, key)
     cpdef tuple c_match(self, key, Py_ssize_t n_pages)
     cpdef lock(self, TreeNode node)

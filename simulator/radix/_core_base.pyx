@@ -32,7 +32,7 @@ import numpy as np
 
 from policies.eviction_order import LRU
 from simulator.memory_ops import EVICTION, OpKind
-from simulator.radix.node import iter_subtree, subtree_stats
+from simulator.radix.node import iter_subtree
 from simulator.radix.tree_results import EvictResult, TreeCounters
 
 cnp.import_array()
@@ -300,6 +300,12 @@ cdef class TreeCore:
 
     def evict_for_alloc(self, long long full_shortfall, long long swa_shortfall):
         """``UnifiedRadixCache.evict_for_alloc`` / ``_evict_components`` (FULL pass, then SWA)."""
+        full_ev, swa_ev = self.c_evict(full_shortfall, swa_shortfall)
+        return EvictResult(full_ev, swa_ev)
+
+    cpdef tuple c_evict(self, long long full_shortfall, long long swa_shortfall):
+        """``evict_for_alloc`` as (FULL, SWA) tokens evicted: the compiled cache controller's
+        call (no result object)."""
         cdef long long full_ev = 0, swa_ev = 0
         self.n_evict += 1
         cdef long long full_target = self._full_available() + full_shortfall if full_shortfall > 0 else 0
@@ -314,7 +320,7 @@ cdef class TreeCore:
             self._evict_swa(swa_shortfall, swa_target, &full_ev, &swa_ev)
         self.n_full_evicted += full_ev
         self.n_swa_evicted += swa_ev
-        return EvictResult(full_ev, swa_ev)
+        return full_ev, swa_ev
 
     cdef void _evict_full(
         self, long long shortfall, long long target, long long* full_ev, long long* swa_ev
@@ -402,6 +408,23 @@ cdef class TreeCore:
     ):
         raise NotImplementedError
 
+    cpdef tuple lock_footprint(self, TreeNode node):
+        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect (``node.lock_footprint``)."""
+        cdef long long full = 0, swa = 0, covered = 0
+        cdef TreeNode root = self.root
+        cdef TreeNode cur = node
+        while cur is not root:
+            if cur.full_lock == 0:
+                full += cur.length
+            cur = cur.parent
+        cur = node
+        while cur is not root and covered < self.window:
+            if cur.swa_lock == 0 and cur.swa:
+                swa += cur.length
+            covered += cur.length
+            cur = cur.parent
+        return full, swa
+
     # ------------------------------------------------------------------ views
     def path_length(self, TreeNode node):
         cdef long long n = 0
@@ -414,4 +437,29 @@ cdef class TreeCore:
         return iter_subtree(self.root)
 
     def stats(self):
-        return subtree_stats(self.root)
+        """``node.subtree_stats(self.root)``, walked in C (the end-of-run summary reads it)."""
+        cdef long long nodes = 0, leaves = 0, tombstones = 0, tomb_tokens = 0
+        cdef long long full_tokens = 0, swa_tokens = 0
+        cdef list stack = list(self.root.children.values())
+        cdef TreeNode x
+        while stack:
+            x = <TreeNode>stack.pop()
+            nodes += 1
+            if not x.children:
+                leaves += 1
+            else:
+                stack.extend(x.children.values())
+            full_tokens += x.length
+            if x.swa:
+                swa_tokens += x.length
+            else:
+                tombstones += 1
+                tomb_tokens += x.length
+        return dict(
+            nodes=nodes,
+            leaves=leaves,
+            tombstones=tombstones,
+            tombstone_tokens=tomb_tokens,
+            full_tokens=full_tokens,
+            swa_tokens=swa_tokens,
+        )

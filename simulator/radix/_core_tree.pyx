@@ -153,23 +153,6 @@ cdef class UnifiedSWARadixTree(TreeCore):
         self._update_leaf(node)
         return LockReceipt(node, uuid)
 
-    def lock_footprint(self, TreeNode node):
-        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect (``node.lock_footprint``)."""
-        cdef long long full = 0, swa = 0, covered = 0
-        cdef TreeNode root = self.root
-        cdef TreeNode cur = node
-        while cur is not root:
-            if cur.full_lock == 0:
-                full += cur.length
-            cur = cur.parent
-        cur = node
-        while cur is not root and covered < self.window:
-            if cur.swa_lock == 0 and cur.swa:
-                swa += cur.length
-            covered += cur.length
-            cur = cur.parent
-        return full, swa
-
     cpdef unlock(self, receipt):
         """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
         if receipt is None:
