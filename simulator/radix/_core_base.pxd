@@ -41,7 +41,9 @@ cdef class TreeCore:
     cdef void _free_swa_pages(self, long long n) except *
     cdef long long _full_available(self) except? -1
     cdef long long _swa_available(self) except? -1
-    cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority)
+    cdef TreeNode _new_node(
+        self, cnp.ndarray kbase, Py_ssize_t koff, Py_ssize_t klen, long long length, long long priority
+    )
     cdef void _update_leaf(self, TreeNode node) except *
     cdef object _leaf_key(self, TreeNode node)
     cdef void _push_leaf(self, TreeNode node) except *

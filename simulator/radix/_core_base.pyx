@@ -20,9 +20,8 @@ from simulator.radix._core_heap cimport LruLeafHeap
 from simulator.radix._core_node cimport (
     SwaLRUList,
     TreeNode,
-    key_at,
-    key_slice,
     new_node,
+    node_key_at,
     unlink_tree,
 )
 
@@ -79,7 +78,7 @@ cdef class TreeCore:
         self._lru_key = type(eviction_order) is LRU
         self._leaf_heap = []
         self._lru_heap = LruLeafHeap() if self._lazy_heap and self._lru_key else None
-        self.root = self._new_node(_EMPTY, 0, 0)
+        self.root = self._new_node(_EMPTY, 0, 0, 0, 0)
         self.root.full_lock = 1
         self.root.swa_lock = 1
         self.root.swa = True
@@ -133,8 +132,10 @@ cdef class TreeCore:
             return self._ops.swa_available_size(self.allocator)
         return self.allocator.swa_available_size()
 
-    cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority):
-        cdef TreeNode node = new_node(self._next_id, key, length, priority)
+    cdef TreeNode _new_node(
+        self, cnp.ndarray kbase, Py_ssize_t koff, Py_ssize_t klen, long long length, long long priority
+    ):
+        cdef TreeNode node = new_node(self._next_id, kbase, koff, klen, length, priority)
         self._next_id += 1
         cdef double t = self._time  # two ticks: last access, then creation
         node.last_access_time = t
@@ -233,24 +234,26 @@ cdef class TreeCore:
 
     cdef TreeNode _split(self, TreeNode child, Py_ssize_t pages):
         self.n_splits += 1
-        cdef cnp.ndarray ckey = child.key
-        cdef TreeNode new = self._new_node(key_slice(ckey, 0, pages), pages * self.page_size, child.priority)
+        cdef TreeNode new = self._new_node(
+            child.kbase, child.koff, pages, pages * self.page_size, child.priority
+        )
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         new.parent = child.parent
-        new.children = {key_at(child.key, pages): child}
+        new.children = {node_key_at(child, pages): child}
         new.full_lock = child.full_lock
         new.swa_lock = child.swa_lock
         new.swa = child.swa
         new.swa_uuid = child.swa_uuid
         child.swa_uuid = None
         child.parent = new
-        child.key = key_slice(ckey, pages, cnp.PyArray_DIM(ckey, 0))
+        child.koff += pages  # the key's tail: pages [pages, klen) of the old key
+        child.klen -= pages
         child.length -= new.length
         if child.value is not None:
             new.value = child.value[:pages]
             child.value = child.value[pages:]
-        new.parent.children[key_at(new.key, 0)] = new
+        new.parent.children[node_key_at(new, 0)] = new
         if new.swa:
             self.swa_lru.c_insert_after(child, new)
         child.last_access_time = self._tick()
@@ -278,7 +281,7 @@ cdef class TreeCore:
             self.swa_lru.c_remove(node)
         self.device_leaves.discard(node)
         cdef TreeNode parent = node.parent
-        del parent.children[key_at(node.key, 0)]
+        del parent.children[node_key_at(node, 0)]
         node.parent = None
         if self._depth_hooks:
             self.eviction_order.on_deleted(node)

@@ -14,7 +14,7 @@ cimport numpy as cnp
 from libc.math cimport INFINITY
 
 from simulator.radix._core_base cimport TreeCore
-from simulator.radix._core_node cimport TreeNode, key_at, key_slice, match_keys
+from simulator.radix._core_node cimport TreeNode, key_at, match_node
 
 import numpy as np
 
@@ -89,9 +89,9 @@ cdef class UnifiedSWARadixTree(TreeCore):
             child = node.children.get(key_at(k, off))
             if child is None:
                 break
-            m = match_keys(child.key, k, off, n)
+            m = match_node(child, k, off, n)
             full_hit += m * p
-            partial = m < cnp.PyArray_DIM(child.key, 0)
+            partial = m < child.klen
             if partial:
                 child = self._split(child, m)
             acc += child.length
@@ -253,8 +253,8 @@ cdef class UnifiedSWARadixTree(TreeCore):
             if child is None:
                 break
             child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
-            m = match_keys(child.key, k, off, n)
-            if m < cnp.PyArray_DIM(child.key, 0):
+            m = match_node(child, k, off, n)
+            if m < child.klen:
                 child = self._split(child, m)
             if child.priority < priority:
                 child.priority = priority
@@ -276,7 +276,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             total = node_end
             off += m
         if off < n:  # _insert_commit_step
-            target = self._commit_leaf(node, key_slice(k, off, n), total, swa_evicted_seqlen, inserted_len, priority)
+            target = self._commit_leaf(node, k, off, n - off, total, swa_evicted_seqlen, inserted_len, priority)
             if values is not None:
                 self._adopt_values(target, values)
         else:
@@ -352,18 +352,21 @@ cdef class UnifiedSWARadixTree(TreeCore):
     cdef TreeNode _commit_leaf(
         self,
         TreeNode node,
-        cnp.ndarray rem,
+        cnp.ndarray k,
+        Py_ssize_t off,
+        Py_ssize_t n_rem,
         long long total,
         long long cursor,
         long long inserted_len,
         long long priority,
     ):
-        """``_insert_commit_step`` + ``SWAComponent.commit_insert_component_data``."""
+        """``_insert_commit_step`` + ``SWAComponent.commit_insert_component_data``: the new
+        leaf's key is pages [off, off + n_rem) of ``k``."""
         cdef long long p = self.page_size
-        cdef long long length = cnp.PyArray_DIM(rem, 0) * p
-        cdef TreeNode leaf = self._new_node(rem, length, priority)
+        cdef long long length = n_rem * p
+        cdef TreeNode leaf = self._new_node(k, off, n_rem, length, priority)
         leaf.parent = node
-        node.children[key_at(rem, 0)] = leaf
+        node.children[key_at(k, off)] = leaf
         if self._depth_hooks:
             self.eviction_order.on_node_added(leaf, node)
         self.full_evictable += length
@@ -392,7 +395,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
         cdef Py_ssize_t end = len(values)
         cdef Py_ssize_t start
         while x is not self.root and x.value is None:
-            start = end - cnp.PyArray_DIM(x.key, 0)
+            start = end - x.klen
             x.value = values[start:end]
             end = start
             x = x.parent
