@@ -144,12 +144,16 @@ cdef class TreeCore:
         return node
 
     cdef void _update_leaf(self, TreeNode node) except *:
+        # ``node.listed`` mirrors membership of ``device_leaves``: no set look-up where the
+        # answer is known (the set sees the same adds and removals, less the no-op ones)
         if node.full_lock == 0 and node.swa_lock == 0 and not node.children and node is not self.root:
-            if node not in self.device_leaves:
+            if not node.listed:
+                node.listed = True
                 self.device_leaves.add(node)
                 if self._lazy_heap:
                     self._push_leaf(node)
-        else:
+        elif node.listed:
+            node.listed = False
             self.device_leaves.discard(node)
 
     cdef object _leaf_key(self, TreeNode node):
@@ -181,7 +185,7 @@ cdef class TreeCore:
             entry = <tuple>heap[0]
             key = entry[0]
             node = <TreeNode>entry[1]
-            if node not in self.device_leaves:
+            if not node.listed:
                 heappop(heap)
                 continue
             true_key = self._leaf_key(node)
@@ -200,7 +204,7 @@ cdef class TreeCore:
         cdef TreeNode node
         while lh.n:
             node = <TreeNode>lh.items[0].node
-            if node not in self.device_leaves:
+            if not node.listed:
                 lh.pop()
                 continue
             if node.last_access_time != lh.items[0].last_access_time:
@@ -279,7 +283,9 @@ cdef class TreeCore:
             swa_ev[0] += node.length
             node.swa = False
             self.swa_lru.c_remove(node)
-        self.device_leaves.discard(node)
+        if node.listed:
+            node.listed = False
+            self.device_leaves.discard(node)
         cdef TreeNode parent = node.parent
         del parent.children[node_key_at(node, 0)]
         node.parent = None
@@ -341,7 +347,7 @@ cdef class TreeCore:
         cdef TreeNode last_parent = None
         cdef TreeNode victim, par
         while True:
-            if not lazy and last_parent is not None and last_parent in self.device_leaves:
+            if not lazy and last_parent is not None and last_parent.listed:
                 par = last_parent
                 heappush(heap, (order.priority(par, self), par.last_access_time, par.id, par))
             last_parent = None
@@ -352,7 +358,7 @@ cdef class TreeCore:
                 else:
                     while heap:
                         entry = <tuple>heappop(heap)
-                        if entry[3] in self.device_leaves:
+                        if (<TreeNode>entry[3]).listed:
                             victim = <TreeNode>entry[3]
                             order.on_evicted(entry[0])
                             break
@@ -377,7 +383,7 @@ cdef class TreeCore:
                 break
             x = cursor
             cursor = lru.c_prev_unlocked(x)
-            if x in self.device_leaves:
+            if x.listed:
                 self._delete_leaf(x, full_ev, swa_ev)
             else:
                 self._tombstone(x, swa_ev)

@@ -31,6 +31,7 @@ cdef class TreeNode:
     cdef public TreeNode full_next
     cdef public bint in_swa_lru
     cdef public bint in_full_lru
+    cdef bint listed  # in its tree's ``device_leaves`` (kept by _core_base.pyx with the set)
     cdef public object value
     cdef object __weakref__  # tests prove a dropped tree frees every node (no_gc)
 

@@ -27,6 +27,7 @@ cnp.import_array()
 
 
 @cython.no_gc
+@cython.freelist(256)  # a tree makes and drops nodes all the time (splits, evictions)
 cdef class TreeNode:
     """:class:`simulator.radix.node.TreeNode` with C fields (see there for their meaning)."""
 

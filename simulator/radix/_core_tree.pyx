@@ -131,7 +131,8 @@ cdef class UnifiedSWARadixTree(TreeCore):
             if cur.full_lock == 0:
                 moved += cur.length
             cur.full_lock += 1
-            if not cur.children:
+            if cur.listed and not cur.children:
+                cur.listed = False
                 leaves.discard(cur)
             cur = cur.parent
         self.full_evictable -= moved

@@ -121,7 +121,7 @@ class SWACacheController:
         if full_short or swa_short:
             core = self._core
             # the compiled tree's eviction called in C, unless ``_evict`` was wrapped (step_replay)
-            if core is not None and self._evict_in_core and "_evict" not in vars(self):
+            if core is not None and self._evict_in_core and "_evict" not in getattr(self, "__dict__"):  # noqa: B009
                 full_ev, swa_ev = core.c_evict(full_short, swa_short)
             else:
                 res = self._evict(full_short, swa_short)
