@@ -21,6 +21,7 @@ from simulator.radix._core_node cimport (
     SwaLRUList,
     TreeNode,
     new_node,
+    node_first_key,
     node_key_at,
     unlink_tree,
 )
@@ -244,7 +245,10 @@ cdef class TreeCore:
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         new.parent = child.parent
-        new.children = {node_key_at(child, pages): child}
+        new.first_key = node_first_key(child)  # new takes child's place in the parent
+        cdef object tail_key = node_key_at(child, pages)
+        new.children = {tail_key: child}
+        child.first_key = tail_key
         new.full_lock = child.full_lock
         new.swa_lock = child.swa_lock
         new.swa = child.swa
@@ -257,7 +261,7 @@ cdef class TreeCore:
         if child.value is not None:
             new.value = child.value[:pages]
             child.value = child.value[pages:]
-        new.parent.children[node_key_at(new, 0)] = new
+        new.parent.children[new.first_key] = new
         if new.swa:
             self.swa_lru.c_insert_after(child, new)
         child.last_access_time = self._tick()
@@ -287,7 +291,7 @@ cdef class TreeCore:
             node.listed = False
             self.device_leaves.discard(node)
         cdef TreeNode parent = node.parent
-        del parent.children[node_key_at(node, 0)]
+        del parent.children[node_first_key(node)]
         node.parent = None
         if self._depth_hooks:
             self.eviction_order.on_deleted(node)

@@ -16,6 +16,9 @@ cdef class TreeNode:
     cdef cnp.ndarray kbase
     cdef Py_ssize_t koff
     cdef Py_ssize_t klen
+    # page 0 of the key as the int object its parent's ``children`` holds it under (a split or a
+    # delete looks the node up by that very object: no new int, an identity hit); None: not known
+    cdef object first_key
     cdef public long long length
     cdef public bint swa
     cdef public long long full_lock
@@ -64,6 +67,13 @@ cdef inline int64_t key_at(cnp.ndarray key, Py_ssize_t i) noexcept:
 cdef inline int64_t node_key_at(TreeNode node, Py_ssize_t i) noexcept:
     """Page ``i`` of ``node``'s key."""
     return (<int64_t*>cnp.PyArray_DATA(node.kbase))[node.koff + i]
+
+
+cdef inline object node_first_key(TreeNode node):
+    """Page 0 of ``node``'s key as an int: the object it is filed under in its parent."""
+    if node.first_key is not None:
+        return node.first_key
+    return node_key_at(node, 0)
 
 
 cdef inline Py_ssize_t match_node(TreeNode node, cnp.ndarray key, Py_ssize_t offset, Py_ssize_t end) noexcept:

@@ -49,6 +49,7 @@ cdef class TreeNode:
         self.kbase = a
         self.koff = 0
         self.klen = cnp.PyArray_DIM(a, 0)
+        self.first_key = None  # node_first_key reads page 0 then
 
     def __repr__(self):  # pragma: no cover - debugging aid
         return (

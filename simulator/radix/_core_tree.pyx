@@ -287,26 +287,32 @@ cdef class UnifiedSWARadixTree(TreeCore):
         return total, target
 
     cdef long long _walk_protected(self, TreeNode protected_node, long long priority, long long inserted_len) except? -1:
-        """The insert walk over the request's locked prefix (one tick per node)."""
-        cdef list path = []
+        """The insert walk over the request's locked prefix (one tick per node, root side first),
+        as two walks up the path: its depth and length, then each node's tick and prefix total.
+        The clock only ever holds whole numbers (every tick adds 1.0), so ``t0 + i`` is the
+        same double as ``i`` additions of 1.0."""
         cdef TreeNode x = protected_node
         cdef TreeNode root = self.root
-        while x is not root:
-            path.append(x)
-            x = x.parent
-        cdef double t = self._time
+        cdef Py_ssize_t depth = 0
         cdef long long total = 0
-        cdef Py_ssize_t i
-        for i in range(len(path) - 1, -1, -1):
-            x = <TreeNode>path[i]
-            x.last_access_time = t
-            t += 1.0
+        while x is not root:
+            depth += 1
+            total += x.length
+            x = x.parent
+        cdef double t0 = self._time
+        cdef long long upto = total  # the path's length down to x's end
+        cdef Py_ssize_t i = depth
+        x = protected_node
+        while x is not root:
+            i -= 1  # x is the path's i-th node from the root
+            x.last_access_time = t0 + i
             if x.priority < priority:
                 x.priority = priority
-            total += x.length
-            if total > inserted_len:
+            if upto > inserted_len:
                 x.hit_count += 1
-        self._time = t
+            upto -= x.length
+            x = x.parent
+        self._time = t0 + depth
         return total
 
     cdef void _heal(
@@ -367,7 +373,9 @@ cdef class UnifiedSWARadixTree(TreeCore):
         cdef long long length = n_rem * p
         cdef TreeNode leaf = self._new_node(k, off, n_rem, length, priority)
         leaf.parent = node
-        node.children[key_at(k, off)] = leaf
+        cdef object first = key_at(k, off)
+        leaf.first_key = first
+        node.children[first] = leaf
         if self._depth_hooks:
             self.eviction_order.on_node_added(leaf, node)
         self.full_evictable += length
