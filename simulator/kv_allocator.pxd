@@ -2,6 +2,7 @@
 # .py stays the one source and runs as it is without Cython). The counters are 64-bit integers
 # doing the .py's own integer operations, so every count is the same; the frees and allocations
 # are cpdef, so typed callers (cache.pxd) call them in C and others through Python.
+cimport cython
 
 cdef class AllocatorStats:
     cdef public long long full_pages_allocated
@@ -33,4 +34,5 @@ cdef class SWAKVAllocator:
     cpdef void free_full_pages(self, long long n)
     cpdef void free_swa_pages(self, long long n)
     cpdef void free_group_begin(self)
+    @cython.locals(full=cython.longlong, swa=cython.longlong)
     cpdef void free_group_end(self)

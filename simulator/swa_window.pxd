@@ -1,10 +1,16 @@
 # Typed declarations for the compiled build of swa_window.py (Cython's pure-Python mode; the .py
 # runs as it is without Cython). Token counts as 64-bit integers; floor division keeps Python's
 # semantics (cdivision is off), so the results are the same bit for bit. The request is a ReqKV
-# (its lengths are C fields); the allocator stays a Python object (a jump passes a stand-in).
+# (its lengths are C fields); the allocator stays a Python object (a jump passes a stand-in),
+# called in C where it is exactly the compiled SWAKVAllocator (_free_swa_pages).
 cimport cython
 
+from simulator.kv_allocator cimport SWAKVAllocator
 from simulator.request_kv cimport ReqKV
+
+
+@cython.locals(a=SWAKVAllocator)
+cdef void _free_swa_pages(object allocator, long long n) except *
 
 
 @cython.locals(evicted=cython.longlong, keep=cython.longlong, threshold=cython.longlong,

@@ -13,6 +13,16 @@ from simulator.kv_allocator import SWAKVAllocator
 from simulator.request_kv import ReqKV
 
 
+def _free_swa_pages(allocator: SWAKVAllocator, n: int) -> None:
+    """``allocator.free_swa_pages(n)``: a C call where it is exactly the allocator class (the
+    compiled build types ``a``, swa_window.pxd), through Python for a stand-in or a subclass."""
+    if type(allocator) is SWAKVAllocator:
+        a = allocator
+        a.free_swa_pages(n)
+    else:
+        allocator.free_swa_pages(n)
+
+
 def free_out_of_window_0523(
     req: ReqKV,
     pre_len: int,
@@ -35,7 +45,7 @@ def free_out_of_window_0523(
     new = max(evicted, threshold) // page_size * page_size
     if new > evicted:
         if req.kv_pages is None:
-            allocator.free_swa_pages((new - evicted) // page_size)
+            _free_swa_pages(allocator, (new - evicted) // page_size)
         else:
             allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new
@@ -59,7 +69,7 @@ def free_out_of_window_legacy(
     new = max(evicted, pre_len - margin) // page_size * page_size
     if new > evicted:
         if req.kv_pages is None:
-            allocator.free_swa_pages((new - evicted) // page_size)
+            _free_swa_pages(allocator, (new - evicted) // page_size)
         else:
             allocator.record_window_free(req, evicted, new, pre_len)
         req.swa_evicted_seqlen = new

@@ -41,7 +41,9 @@ cdef class TreeCore:
     cdef void _free_swa_pages(self, long long n) except *
     cdef long long _full_available(self) except? -1
     cdef long long _swa_available(self) except? -1
-    cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority)
+    cdef TreeNode _new_node(
+        self, cnp.ndarray kbase, Py_ssize_t koff, Py_ssize_t klen, long long length, long long priority
+    )
     cdef void _update_leaf(self, TreeNode node) except *
     cdef object _leaf_key(self, TreeNode node)
     cdef void _push_leaf(self, TreeNode node) except *
@@ -56,6 +58,8 @@ cdef class TreeCore:
     cdef void _evict_swa(self, long long shortfall, long long target, long long* full_ev, long long* swa_ev) except *
     # the tree's API (match, locks, insert), overridden by _core_tree.UnifiedSWARadixTree: a typed
     # caller (the compiled cache controller, cache.pxd) calls them in C
+    cpdef tuple c_evict(self, long long full_shortfall, long long swa_shortfall)
+    cpdef tuple lock_footprint(self, TreeNode node)
     cpdef match_prefix(self, key)
     cpdef tuple c_match(self, key, Py_ssize_t n_pages)
     cpdef lock(self, TreeNode node)

@@ -20,9 +20,9 @@ from simulator.radix._core_heap cimport LruLeafHeap
 from simulator.radix._core_node cimport (
     SwaLRUList,
     TreeNode,
-    key_at,
-    key_slice,
     new_node,
+    node_first_key,
+    node_key_at,
     unlink_tree,
 )
 
@@ -32,7 +32,7 @@ import numpy as np
 
 from policies.eviction_order import LRU
 from simulator.memory_ops import EVICTION, OpKind
-from simulator.radix.node import iter_subtree, subtree_stats
+from simulator.radix.node import iter_subtree
 from simulator.radix.tree_results import EvictResult, TreeCounters
 
 cnp.import_array()
@@ -79,7 +79,7 @@ cdef class TreeCore:
         self._lru_key = type(eviction_order) is LRU
         self._leaf_heap = []
         self._lru_heap = LruLeafHeap() if self._lazy_heap and self._lru_key else None
-        self.root = self._new_node(_EMPTY, 0, 0)
+        self.root = self._new_node(_EMPTY, 0, 0, 0, 0)
         self.root.full_lock = 1
         self.root.swa_lock = 1
         self.root.swa = True
@@ -133,8 +133,10 @@ cdef class TreeCore:
             return self._ops.swa_available_size(self.allocator)
         return self.allocator.swa_available_size()
 
-    cdef TreeNode _new_node(self, cnp.ndarray key, long long length, long long priority):
-        cdef TreeNode node = new_node(self._next_id, key, length, priority)
+    cdef TreeNode _new_node(
+        self, cnp.ndarray kbase, Py_ssize_t koff, Py_ssize_t klen, long long length, long long priority
+    ):
+        cdef TreeNode node = new_node(self._next_id, kbase, koff, klen, length, priority)
         self._next_id += 1
         cdef double t = self._time  # two ticks: last access, then creation
         node.last_access_time = t
@@ -143,12 +145,16 @@ cdef class TreeCore:
         return node
 
     cdef void _update_leaf(self, TreeNode node) except *:
+        # ``node.listed`` mirrors membership of ``device_leaves``: no set look-up where the
+        # answer is known (the set sees the same adds and removals, less the no-op ones)
         if node.full_lock == 0 and node.swa_lock == 0 and not node.children and node is not self.root:
-            if node not in self.device_leaves:
+            if not node.listed:
+                node.listed = True
                 self.device_leaves.add(node)
                 if self._lazy_heap:
                     self._push_leaf(node)
-        else:
+        elif node.listed:
+            node.listed = False
             self.device_leaves.discard(node)
 
     cdef object _leaf_key(self, TreeNode node):
@@ -180,7 +186,7 @@ cdef class TreeCore:
             entry = <tuple>heap[0]
             key = entry[0]
             node = <TreeNode>entry[1]
-            if node not in self.device_leaves:
+            if not node.listed:
                 heappop(heap)
                 continue
             true_key = self._leaf_key(node)
@@ -199,7 +205,7 @@ cdef class TreeCore:
         cdef TreeNode node
         while lh.n:
             node = <TreeNode>lh.items[0].node
-            if node not in self.device_leaves:
+            if not node.listed:
                 lh.pop()
                 continue
             if node.last_access_time != lh.items[0].last_access_time:
@@ -233,24 +239,29 @@ cdef class TreeCore:
 
     cdef TreeNode _split(self, TreeNode child, Py_ssize_t pages):
         self.n_splits += 1
-        cdef cnp.ndarray ckey = child.key
-        cdef TreeNode new = self._new_node(key_slice(ckey, 0, pages), pages * self.page_size, child.priority)
+        cdef TreeNode new = self._new_node(
+            child.kbase, child.koff, pages, pages * self.page_size, child.priority
+        )
         new.hit_count = child.hit_count
         new.creation_time = child.creation_time
         new.parent = child.parent
-        new.children = {key_at(child.key, pages): child}
+        new.first_key = node_first_key(child)  # new takes child's place in the parent
+        cdef object tail_key = node_key_at(child, pages)
+        new.children = {tail_key: child}
+        child.first_key = tail_key
         new.full_lock = child.full_lock
         new.swa_lock = child.swa_lock
         new.swa = child.swa
         new.swa_uuid = child.swa_uuid
         child.swa_uuid = None
         child.parent = new
-        child.key = key_slice(ckey, pages, cnp.PyArray_DIM(ckey, 0))
+        child.koff += pages  # the key's tail: pages [pages, klen) of the old key
+        child.klen -= pages
         child.length -= new.length
         if child.value is not None:
             new.value = child.value[:pages]
             child.value = child.value[pages:]
-        new.parent.children[key_at(new.key, 0)] = new
+        new.parent.children[new.first_key] = new
         if new.swa:
             self.swa_lru.c_insert_after(child, new)
         child.last_access_time = self._tick()
@@ -276,9 +287,11 @@ cdef class TreeCore:
             swa_ev[0] += node.length
             node.swa = False
             self.swa_lru.c_remove(node)
-        self.device_leaves.discard(node)
+        if node.listed:
+            node.listed = False
+            self.device_leaves.discard(node)
         cdef TreeNode parent = node.parent
-        del parent.children[key_at(node.key, 0)]
+        del parent.children[node_first_key(node)]
         node.parent = None
         if self._depth_hooks:
             self.eviction_order.on_deleted(node)
@@ -300,6 +313,12 @@ cdef class TreeCore:
 
     def evict_for_alloc(self, long long full_shortfall, long long swa_shortfall):
         """``UnifiedRadixCache.evict_for_alloc`` / ``_evict_components`` (FULL pass, then SWA)."""
+        full_ev, swa_ev = self.c_evict(full_shortfall, swa_shortfall)
+        return EvictResult(full_ev, swa_ev)
+
+    cpdef tuple c_evict(self, long long full_shortfall, long long swa_shortfall):
+        """``evict_for_alloc`` as (FULL, SWA) tokens evicted: the compiled cache controller's
+        call (no result object)."""
         cdef long long full_ev = 0, swa_ev = 0
         self.n_evict += 1
         cdef long long full_target = self._full_available() + full_shortfall if full_shortfall > 0 else 0
@@ -314,7 +333,7 @@ cdef class TreeCore:
             self._evict_swa(swa_shortfall, swa_target, &full_ev, &swa_ev)
         self.n_full_evicted += full_ev
         self.n_swa_evicted += swa_ev
-        return EvictResult(full_ev, swa_ev)
+        return full_ev, swa_ev
 
     cdef void _evict_full(
         self, long long shortfall, long long target, long long* full_ev, long long* swa_ev
@@ -332,7 +351,7 @@ cdef class TreeCore:
         cdef TreeNode last_parent = None
         cdef TreeNode victim, par
         while True:
-            if not lazy and last_parent is not None and last_parent in self.device_leaves:
+            if not lazy and last_parent is not None and last_parent.listed:
                 par = last_parent
                 heappush(heap, (order.priority(par, self), par.last_access_time, par.id, par))
             last_parent = None
@@ -343,7 +362,7 @@ cdef class TreeCore:
                 else:
                     while heap:
                         entry = <tuple>heappop(heap)
-                        if entry[3] in self.device_leaves:
+                        if (<TreeNode>entry[3]).listed:
                             victim = <TreeNode>entry[3]
                             order.on_evicted(entry[0])
                             break
@@ -368,7 +387,7 @@ cdef class TreeCore:
                 break
             x = cursor
             cursor = lru.c_prev_unlocked(x)
-            if x in self.device_leaves:
+            if x.listed:
                 self._delete_leaf(x, full_ev, swa_ev)
             else:
                 self._tombstone(x, swa_ev)
@@ -402,6 +421,23 @@ cdef class TreeCore:
     ):
         raise NotImplementedError
 
+    cpdef tuple lock_footprint(self, TreeNode node):
+        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect (``node.lock_footprint``)."""
+        cdef long long full = 0, swa = 0, covered = 0
+        cdef TreeNode root = self.root
+        cdef TreeNode cur = node
+        while cur is not root:
+            if cur.full_lock == 0:
+                full += cur.length
+            cur = cur.parent
+        cur = node
+        while cur is not root and covered < self.window:
+            if cur.swa_lock == 0 and cur.swa:
+                swa += cur.length
+            covered += cur.length
+            cur = cur.parent
+        return full, swa
+
     # ------------------------------------------------------------------ views
     def path_length(self, TreeNode node):
         cdef long long n = 0
@@ -414,4 +450,29 @@ cdef class TreeCore:
         return iter_subtree(self.root)
 
     def stats(self):
-        return subtree_stats(self.root)
+        """``node.subtree_stats(self.root)``, walked in C (the end-of-run summary reads it)."""
+        cdef long long nodes = 0, leaves = 0, tombstones = 0, tomb_tokens = 0
+        cdef long long full_tokens = 0, swa_tokens = 0
+        cdef list stack = list(self.root.children.values())
+        cdef TreeNode x
+        while stack:
+            x = <TreeNode>stack.pop()
+            nodes += 1
+            if not x.children:
+                leaves += 1
+            else:
+                stack.extend(x.children.values())
+            full_tokens += x.length
+            if x.swa:
+                swa_tokens += x.length
+            else:
+                tombstones += 1
+                tomb_tokens += x.length
+        return dict(
+            nodes=nodes,
+            leaves=leaves,
+            tombstones=tombstones,
+            tombstone_tokens=tomb_tokens,
+            full_tokens=full_tokens,
+            swa_tokens=swa_tokens,
+        )

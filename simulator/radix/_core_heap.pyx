@@ -55,21 +55,30 @@ cdef class LruLeafHeap:
         self.items[i] = e
 
     cdef void _sift_down(self, LeafEntry e) noexcept:
-        """Place ``e`` at the root and sift it down (the root's old entry already released)."""
-        cdef Py_ssize_t i = 0
+        """Place ``e`` at the root and sift it down (the root's old entry already released).
+
+        Floyd's bottom-up way: the hole at the root moves down along the smaller children to a
+        leaf (one comparison a level), then ``e`` rises from there (it belongs near the bottom,
+        being the old last entry or a later time). Any valid heap pops the same sequence: the
+        keys (time, node id) are unique, or equal only for entries of the same node."""
+        cdef LeafEntry* items = self.items
         cdef Py_ssize_t n = self.n
-        cdef Py_ssize_t child
-        while True:
-            child = 2 * i + 1
-            if child >= n:
-                break
-            if child + 1 < n and less(&self.items[child + 1], &self.items[child]):
+        cdef Py_ssize_t i = 0
+        cdef Py_ssize_t child = 1
+        cdef Py_ssize_t parent
+        while child < n:
+            if child + 1 < n and less(&items[child + 1], &items[child]):
                 child += 1
-            if not less(&self.items[child], &e):
-                break
-            self.items[i] = self.items[child]
+            items[i] = items[child]
             i = child
-        self.items[i] = e
+            child = 2 * i + 1
+        while i > 0:
+            parent = (i - 1) >> 1
+            if not less(&e, &items[parent]):
+                break
+            items[i] = items[parent]
+            i = parent
+        items[i] = e
 
     cdef void pop(self) noexcept:
         """Drop the minimum."""

@@ -27,6 +27,7 @@ cnp.import_array()
 
 
 @cython.no_gc
+@cython.freelist(256)  # a tree makes and drops nodes all the time (splits, evictions)
 cdef class TreeNode:
     """:class:`simulator.radix.node.TreeNode` with C fields (see there for their meaning)."""
 
@@ -37,6 +38,19 @@ cdef class TreeNode:
         self.length = length
         self.priority = priority
 
+    @property
+    def key(self):
+        """The node's page ids: a view of pages [koff, koff + klen) of its key array."""
+        return key_slice(self.kbase, self.koff, self.koff + self.klen)
+
+    @key.setter
+    def key(self, value):
+        cdef cnp.ndarray a = int64_key(value)
+        self.kbase = a
+        self.koff = 0
+        self.klen = cnp.PyArray_DIM(a, 0)
+        self.first_key = None  # node_first_key reads page 0 then
+
     def __repr__(self):  # pragma: no cover - debugging aid
         return (
             f"TreeNode(id={self.id}, len={self.length}, swa={self.swa}, "
@@ -44,12 +58,31 @@ cdef class TreeNode:
         )
 
 
-cdef TreeNode new_node(long long node_id, cnp.ndarray key, long long length, long long priority):
-    """A fresh node without the Python ``__init__`` call (fields as :class:`TreeNode` sets them)."""
+cdef cnp.ndarray int64_key(object key):
+    """``key`` as a 1-D contiguous int64 array (page ids), copied only when it is not one."""
+    cdef cnp.ndarray a
+    if isinstance(key, cnp.ndarray):
+        a = <cnp.ndarray>key
+        if (
+            cnp.PyArray_TYPE(a) == cnp.NPY_INT64
+            and cnp.PyArray_NDIM(a) == 1
+            and cnp.PyArray_IS_C_CONTIGUOUS(a)
+        ):
+            return a
+    return np.ascontiguousarray(key, dtype=np.int64).reshape(-1)
+
+
+cdef TreeNode new_node(
+    long long node_id, cnp.ndarray kbase, Py_ssize_t koff, Py_ssize_t klen, long long length, long long priority
+):
+    """A fresh node without the Python ``__init__`` call (fields as :class:`TreeNode` sets them);
+    its key is pages [koff, koff + klen) of ``kbase`` (a 1-D contiguous int64 array)."""
     cdef TreeNode node = TreeNode.__new__(TreeNode)
     node.id = node_id
     node.children = {}
-    node.key = key
+    node.kbase = kbase
+    node.koff = koff
+    node.klen = klen
     node.length = length
     node.priority = priority
     return node
@@ -76,7 +109,7 @@ cdef void unlink_tree(TreeNode root) noexcept:
         x.full_next = None
 
 
-# key_at and match_keys are inline functions of _core_node.pxd (inlined in every module that
+# key_at, node_key_at, match_node and match_keys are inline functions of _core_node.pxd (inlined in every module that
 # cimports them, instead of a call through the module's function table)
 
 
@@ -101,8 +134,8 @@ cdef class SwaLRUList:
     def __init__(self):
         self.kind = "swa"
         empty = np.empty(0, np.int64)
-        self.head = new_node(-1, empty, 0, 0)
-        self.tail = new_node(-2, empty, 0, 0)
+        self.head = new_node(-1, empty, 0, 0, 0, 0)
+        self.tail = new_node(-2, empty, 0, 0, 0, 0)
         self.head.lru_next = self.tail
         self.tail.lru_prev = self.head
         self.size = 0

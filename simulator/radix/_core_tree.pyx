@@ -14,7 +14,7 @@ cimport numpy as cnp
 from libc.math cimport INFINITY
 
 from simulator.radix._core_base cimport TreeCore
-from simulator.radix._core_node cimport TreeNode, key_at, key_slice, match_keys
+from simulator.radix._core_node cimport TreeNode, key_at, match_node
 
 import numpy as np
 
@@ -89,9 +89,9 @@ cdef class UnifiedSWARadixTree(TreeCore):
             child = node.children.get(key_at(k, off))
             if child is None:
                 break
-            m = match_keys(child.key, k, off, n)
+            m = match_node(child, k, off, n)
             full_hit += m * p
-            partial = m < cnp.PyArray_DIM(child.key, 0)
+            partial = m < child.klen
             if partial:
                 child = self._split(child, m)
             acc += child.length
@@ -131,7 +131,8 @@ cdef class UnifiedSWARadixTree(TreeCore):
             if cur.full_lock == 0:
                 moved += cur.length
             cur.full_lock += 1
-            if not cur.children:
+            if cur.listed and not cur.children:
+                cur.listed = False
                 leaves.discard(cur)
             cur = cur.parent
         self.full_evictable -= moved
@@ -152,23 +153,6 @@ cdef class UnifiedSWARadixTree(TreeCore):
             cur = cur.parent
         self._update_leaf(node)
         return LockReceipt(node, uuid)
-
-    def lock_footprint(self, TreeNode node):
-        """(FULL, SWA) evictable tokens a ``lock(node)`` would protect (``node.lock_footprint``)."""
-        cdef long long full = 0, swa = 0, covered = 0
-        cdef TreeNode root = self.root
-        cdef TreeNode cur = node
-        while cur is not root:
-            if cur.full_lock == 0:
-                full += cur.length
-            cur = cur.parent
-        cur = node
-        while cur is not root and covered < self.window:
-            if cur.swa_lock == 0 and cur.swa:
-                swa += cur.length
-            covered += cur.length
-            cur = cur.parent
-        return full, swa
 
     cpdef unlock(self, receipt):
         """``UnifiedTreeCore.dec_lock_ref``: SWA segment first, then the FULL path."""
@@ -270,8 +254,8 @@ cdef class UnifiedSWARadixTree(TreeCore):
             if child is None:
                 break
             child.last_access_time = self._tick()  # _touch_node (SWA WALKDOWN: no refresh)
-            m = match_keys(child.key, k, off, n)
-            if m < cnp.PyArray_DIM(child.key, 0):
+            m = match_node(child, k, off, n)
+            if m < child.klen:
                 child = self._split(child, m)
             if child.priority < priority:
                 child.priority = priority
@@ -293,7 +277,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
             total = node_end
             off += m
         if off < n:  # _insert_commit_step
-            target = self._commit_leaf(node, key_slice(k, off, n), total, swa_evicted_seqlen, inserted_len, priority)
+            target = self._commit_leaf(node, k, off, n - off, total, swa_evicted_seqlen, inserted_len, priority)
             if values is not None:
                 self._adopt_values(target, values)
         else:
@@ -303,26 +287,32 @@ cdef class UnifiedSWARadixTree(TreeCore):
         return total, target
 
     cdef long long _walk_protected(self, TreeNode protected_node, long long priority, long long inserted_len) except? -1:
-        """The insert walk over the request's locked prefix (one tick per node)."""
-        cdef list path = []
+        """The insert walk over the request's locked prefix (one tick per node, root side first),
+        as two walks up the path: its depth and length, then each node's tick and prefix total.
+        The clock only ever holds whole numbers (every tick adds 1.0), so ``t0 + i`` is the
+        same double as ``i`` additions of 1.0."""
         cdef TreeNode x = protected_node
         cdef TreeNode root = self.root
-        while x is not root:
-            path.append(x)
-            x = x.parent
-        cdef double t = self._time
+        cdef Py_ssize_t depth = 0
         cdef long long total = 0
-        cdef Py_ssize_t i
-        for i in range(len(path) - 1, -1, -1):
-            x = <TreeNode>path[i]
-            x.last_access_time = t
-            t += 1.0
+        while x is not root:
+            depth += 1
+            total += x.length
+            x = x.parent
+        cdef double t0 = self._time
+        cdef long long upto = total  # the path's length down to x's end
+        cdef Py_ssize_t i = depth
+        x = protected_node
+        while x is not root:
+            i -= 1  # x is the path's i-th node from the root
+            x.last_access_time = t0 + i
             if x.priority < priority:
                 x.priority = priority
-            total += x.length
-            if total > inserted_len:
+            if upto > inserted_len:
                 x.hit_count += 1
-        self._time = t
+            upto -= x.length
+            x = x.parent
+        self._time = t0 + depth
         return total
 
     cdef void _heal(
@@ -369,18 +359,23 @@ cdef class UnifiedSWARadixTree(TreeCore):
     cdef TreeNode _commit_leaf(
         self,
         TreeNode node,
-        cnp.ndarray rem,
+        cnp.ndarray k,
+        Py_ssize_t off,
+        Py_ssize_t n_rem,
         long long total,
         long long cursor,
         long long inserted_len,
         long long priority,
     ):
-        """``_insert_commit_step`` + ``SWAComponent.commit_insert_component_data``."""
+        """``_insert_commit_step`` + ``SWAComponent.commit_insert_component_data``: the new
+        leaf's key is pages [off, off + n_rem) of ``k``."""
         cdef long long p = self.page_size
-        cdef long long length = cnp.PyArray_DIM(rem, 0) * p
-        cdef TreeNode leaf = self._new_node(rem, length, priority)
+        cdef long long length = n_rem * p
+        cdef TreeNode leaf = self._new_node(k, off, n_rem, length, priority)
         leaf.parent = node
-        node.children[key_at(rem, 0)] = leaf
+        cdef object first = key_at(k, off)
+        leaf.first_key = first
+        node.children[first] = leaf
         if self._depth_hooks:
             self.eviction_order.on_node_added(leaf, node)
         self.full_evictable += length
@@ -409,7 +404,7 @@ cdef class UnifiedSWARadixTree(TreeCore):
         cdef Py_ssize_t end = len(values)
         cdef Py_ssize_t start
         while x is not self.root and x.value is None:
-            start = end - cnp.PyArray_DIM(x.key, 0)
+            start = end - x.klen
             x.value = values[start:end]
             end = start
             x = x.parent

@@ -18,15 +18,21 @@ cdef class SWACacheController:
     cdef public SWAKVAllocator allocator
     cdef public long long page_size
     cdef public long long window
-    cdef public object evictions
+    cdef public long long _ev_calls, _ev_full_requested, _ev_swa_requested
+    cdef public long long _ev_full_evicted, _ev_swa_evicted
+    cdef public bint _evict_in_core
     cdef public object tree
     cdef public bint hybrid
     cdef public bint split_at_prompt
     # the tree where it is the compiled core (its API called in C), else None (cache.py)
     cdef public TreeCore _core
 
-    @cython.locals(a=SWAKVAllocator, full_short=cython.longlong, swa_short=cython.longlong)
+    @cython.locals(a=SWAKVAllocator, full_short=cython.longlong, swa_short=cython.longlong,
+                   core=TreeCore, full_ev=cython.longlong, swa_ev=cython.longlong)
     cpdef evict_to_free_tokens(self, long long num_tokens)
+
+    @cython.locals(core=TreeCore)
+    cpdef tuple lock_footprint(self, ReqKV req)
 
     @cython.locals(fill_len=cython.longlong, limit=cython.longlong, n_pages=cython.longlong,
                    core=TreeCore)

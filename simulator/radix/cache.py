@@ -7,8 +7,6 @@ Paths are relative to ``python/sglang/srt/``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from policies.swa_eviction import DecodeContext
@@ -16,6 +14,7 @@ from policies.tombstone import check_eviction_order
 from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
+from simulator.radix.cache_counts import EvictionLog, pool_leak_message
 from simulator.radix.legacy import LegacySWARadixTree
 from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, decode_jump_ids, free_row_ids
 from simulator.radix.unified import UnifiedSWARadixTree, compiled_core
@@ -39,17 +38,6 @@ class OutOfMemory(KvplanError):
     """An allocation that cannot be met even after evicting everything evictable."""
 
 
-@dataclass
-class EvictionLog:
-    """Mirrors the oracle's pass-through counter around ``evict_for_alloc``."""
-
-    calls: int = 0
-    full_requested: int = 0
-    swa_requested: int = 0
-    full_evicted: int = 0
-    swa_evicted: int = 0
-
-
 class SWACacheController:
     """The cache controller: the scheduler's only door to the tree and the allocator.
 
@@ -64,7 +52,10 @@ class SWACacheController:
         self.allocator = allocator
         self.page_size = allocator.page_size
         self.window = window
-        self.evictions = EvictionLog()
+        # the EvictionLog's counts (``evictions``), as integers: C counters in the compiled build
+        self._ev_calls = self._ev_full_requested = self._ev_swa_requested = 0
+        self._ev_full_evicted = self._ev_swa_evicted = 0
+        self._evict_in_core = False  # UnifiedSWACache: ``_evict`` is the compiled tree's own
         self.tree: UnifiedSWARadixTree | LegacySWARadixTree | None = None  # the subclass's
         self.hybrid = True  # FULL + SWA pools; False: a full-attention model (build_controller)
         # a full-attention model's one-component unified tree (UnifiedSWACache._split_at_prompt)
@@ -110,23 +101,12 @@ class SWACacheController:
         )
 
     def idle_leak(self) -> str | None:
-        """SGLang's pool-conservation check of a fully idle server (``Scheduler.on_idle`` ->
-        ``SchedulerInvariantChecker._check_all_pools``, managers/scheduler_components/
-        invariant_checker.py): available + evictable + protected must be each pool's size, FULL
-        and, on a hybrid model, SWA (kvplan holds no session or uncached tokens). SGLang's
-        double-truncation bug breaks it; with ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE`` (on by
-        default) SGLang then raises ValueError. The leak's message in SGLang's form, or None."""
-        s, (full_cap, swa_cap) = self.sizes(), self.capacity()
-        pools = [("full", full_cap)] + ([("swa", swa_cap)] if self.hybrid else [])
-        parts, leak = [], False
-        for name, total in pools:
-            avail, ev, prot = s[f"{name}_available"], s[f"{name}_evictable"], s[f"{name}_protected"]
-            leak |= avail + ev + prot != total
-            parts.append(
-                f"[{name}] total={total}, available={avail}, evictable={ev}, protected={prot}, "
-                "session_held=0, uncached=0"
-            )
-        return "pool memory leak detected! " + "\n".join(parts) if leak else None
+        """SGLang's pool-conservation check of a fully idle server (kvplan holds no session or
+        uncached tokens; :func:`cache_counts.pool_leak_message`). SGLang's double-truncation bug
+        breaks it; with ``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE`` (on by default) SGLang
+        then raises ValueError. The leak's message in SGLang's form, or None."""
+        full_cap, swa_cap = self.capacity()
+        return pool_leak_message(self.sizes(), full_cap, swa_cap, self.hybrid)
 
     # ------------------------------------------------------------ eviction
     def _evict(self, full_shortfall: int, swa_shortfall: int):
@@ -139,13 +119,24 @@ class SWACacheController:
         full_short = max(0, num_tokens - a.full_available_size())
         swa_short = max(0, num_tokens - a.swa_available_size())
         if full_short or swa_short:
-            res = self._evict(full_short, swa_short)
-            log = self.evictions
-            log.calls += 1
-            log.full_requested += full_short
-            log.swa_requested += swa_short
-            log.full_evicted += res.full_evicted
-            log.swa_evicted += res.swa_evicted
+            core = self._core
+            # the compiled tree's eviction called in C, unless ``_evict`` was wrapped (step_replay)
+            if core is not None and self._evict_in_core and "_evict" not in getattr(self, "__dict__"):  # noqa: B009
+                full_ev, swa_ev = core.c_evict(full_short, swa_short)
+            else:
+                res = self._evict(full_short, swa_short)
+                full_ev, swa_ev = res.full_evicted, res.swa_evicted
+            self._ev_calls += 1
+            self._ev_full_requested += full_short
+            self._ev_swa_requested += swa_short
+            self._ev_full_evicted += full_ev
+            self._ev_swa_evicted += swa_ev
+
+    @property
+    def evictions(self) -> EvictionLog:
+        """The cumulative evictions (a fresh :class:`EvictionLog` snapshot)."""
+        full, swa = self._ev_full_evicted, self._ev_swa_evicted
+        return EvictionLog(self._ev_calls, self._ev_full_requested, self._ev_swa_requested, full, swa)
 
     # ------------------------------------------------------------ match and allocation
     def match(self, req: ReqKV) -> None:
@@ -377,6 +368,9 @@ class SWACacheController:
     def lock_footprint(self, req: ReqKV) -> tuple[int, int]:
         """(FULL, SWA) evictable tokens that locking the request's matched prefix would protect
         (``PrefillAdder._lock_node``: its own prefix is no room for it)."""
+        core = self._core
+        if core is not None:
+            return core.lock_footprint(req.last_node)
         return self.tree.lock_footprint(req.last_node)
 
     def can_alloc_pages(self, n: int) -> bool:
@@ -432,6 +426,7 @@ class UnifiedSWACache(SWACacheController):
         super().__init__(allocator, window)
         self.tree = UnifiedSWARadixTree(allocator.page_size, window, allocator, eviction_order)
         self._core = compiled_core(self.tree)
+        self._evict_in_core = type(self)._evict is UnifiedSWACache._evict
 
     def _split_at_prompt(self, req: ReqKV, aligned: int) -> None:
         """``UnifiedRadixCache.checkpoint_into_tree`` with the FULL component alone: a second
