@@ -29,7 +29,6 @@ from simulator.gpus import GpuSpec
 from simulator.kv_geometry import GIB
 from simulator.models import ModelSpec
 from simulator.server_args import ResolvedServerArgs, ServerArgs, resolve_server_args
-from simulator.sizing.dsv4 import size_dsv4_pools
 from simulator.sizing.gpu_memory import VLM_CACHE_SIZE_MB, plan_gpu_memory
 from simulator.sizing.hicache import HICACHE_HOST_MEMORY_RESERVE
 from simulator.sizing.mha import size_mha_pools
@@ -82,6 +81,8 @@ def _size_pools(
 ) -> PoolSizes:
     """The configurator SGLang would pick for ``model``, applied to a per-rank KV byte budget."""
     if model.is_dsv4:
+        from simulator.sizing.dsv4 import size_dsv4_pools  # DeepSeek-V4 only: loads on use (issue 14)
+
         return size_dsv4_pools(model, args, budget, memory)
     return size_mha_pools(
         model, args, budget, memory, host_memory, swa_eviction_interval=SWA_EVICTION_INTERVAL

@@ -29,7 +29,6 @@ from simulator.models.archs import (
     HYBRID_SWA_COMPRESS_ARCHS,
     INCLUSIVE_WINDOW_ARCHS,
 )
-from simulator.models.hf_config import model_from_hf_config
 from simulator.models.spec import Dsv4Geometry, ModelSpec
 from simulator.models.spec_dict import model_from_spec_dict
 from simulator.preset_registry import PresetRegistry
@@ -55,6 +54,15 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------
 # Registry (the only list of preset names)
 # --------------------------------------------------------------------------------------------------
+
+
+def __getattr__(name: str) -> Any:
+    """``model_from_hf_config`` loads on first use: a preset run never reads a config.json (issue 14)."""
+    if name == "model_from_hf_config":
+        from simulator.models.hf_config import model_from_hf_config
+
+        return model_from_hf_config
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _load_presets() -> list[ModelSpec]:
@@ -120,6 +128,8 @@ def _load_file(path: Path) -> ModelSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     if "architectures" in data or "model_type" in data:
+        from simulator.models.hf_config import model_from_hf_config  # config.json only (issue 14)
+
         weight_bytes = _safetensors_total_size(path.parent)
         return model_from_hf_config(data, name=_default_name(path), weight_bytes=weight_bytes)
     return model_from_spec_dict(data, origin=str(path))

@@ -7,6 +7,8 @@ Paths are relative to ``python/sglang/srt/``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from policies.swa_eviction import DecodeContext
@@ -15,11 +17,13 @@ from simulator.errors import ConfigError, KvplanError
 from simulator.kv_allocator import SWAKVAllocator
 from simulator.memory_ops import MemoryOpExecutor
 from simulator.radix.cache_counts import EvictionLog, pool_leak_message
-from simulator.radix.legacy import LegacySWARadixTree
 from simulator.radix.page_ops import alloc_decode_ids, alloc_extend_ids, decode_jump_ids, free_row_ids
 from simulator.radix.unified import UnifiedSWARadixTree, compiled_core
 from simulator.request_kv import ReqKV, floor_page
 from simulator.swa_window import free_out_of_window_0523
+
+if TYPE_CHECKING:  # the legacy tree loads with a run that uses it (start-up time, issue 14)
+    from simulator.radix.legacy import LegacySWARadixTree
 
 SIZE_KEYS = (
     "full_evictable",
@@ -520,6 +524,8 @@ class LegacySWACache(SWACacheController):
     """``SWARadixCache`` of 0.5.9-0.5.15 (mem_cache/swa_radix_cache.py)."""
 
     def __init__(self, allocator: SWAKVAllocator, window: int, eviction_order=None) -> None:
+        from simulator.radix.legacy import LegacySWARadixTree  # 0.5.9-0.5.15 only: loads on use (issue 14)
+
         super().__init__(allocator, window)
         self.tree = LegacySWARadixTree(allocator.page_size, window, allocator, eviction_order)
 
