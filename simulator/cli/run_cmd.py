@@ -106,9 +106,11 @@ def execute(
 
 def shows_per_round(trace: Any) -> bool:
     """bench_multiturn prints per-round metrics only with its round barrier; so does kvplan's text."""
+    loop = trace.closed_loop
+    if loop is None:  # an open trace: traces.closed_loop need not load (issue 14)
+        return False
     from traces.closed_loop import BenchMultiturnLoop
 
-    loop = trace.closed_loop
     return isinstance(loop, BenchMultiturnLoop) and loop.enable_round_barrier
 
 

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import simpy
@@ -37,10 +37,12 @@ import simpy
 from simulator.engine.config import SimConfig
 from simulator.engine.request import SimRequest
 from simulator.errors import ConfigError
-from traces.closed_loop import BenchMultiturnLoop, SequentialReplay
 from traces.gc_pause import collector_paused
 from traces.pages import LazyPages
 from traces.schema import Trace
+
+if TYPE_CHECKING:  # loads with a closed-loop trace only (start-up time, issue 14)
+    from traces.closed_loop import BenchMultiturnLoop
 
 
 class Server(Protocol):
@@ -88,10 +90,8 @@ def _requests(trace: Trace, page_size: int) -> list[SimRequest]:
     turns = trace.column("turn", np.int64).tolist()
     prompt = trace.column("prompt_len", np.int64).tolist()
     output = trace.column("output_len", np.int64).tolist()
-    heartbeat_rows = (
-        isinstance(trace.closed_loop, BenchMultiturnLoop) and trace.closed_loop.enable_round_barrier
-    )
-    ignore_eos = isinstance(trace.closed_loop, BenchMultiturnLoop)
+    ignore_eos = _is_bench_multiturn(trace.closed_loop)
+    heartbeat_rows = ignore_eos and trace.closed_loop.enable_round_barrier
     # positional (no keyword dict per row): rid, pages, prompt_len, output_len, arrival_s (NaN:
     # SimRequest's default, set when it is sent), session, round, heartbeat, index, ignore_eos
     nan = math.nan
@@ -127,9 +127,23 @@ def _client_values(req, reqs: list[SimRequest]) -> None:
             r.ignore_eos, r.eos_stated = bool(e), True
 
 
+def _is_bench_multiturn(loop: object) -> bool:
+    """``isinstance(loop, BenchMultiturnLoop)``, importing :mod:`traces.closed_loop` only for a
+    trace that has a closed loop (an instance means the module is loaded; issue 14: start-up)."""
+    if loop is None:
+        return False
+    from traces.closed_loop import BenchMultiturnLoop
+
+    return isinstance(loop, BenchMultiturnLoop)
+
+
 def client_mode(trace: Trace, cfg: SimConfig) -> str:
     """Which client rule serves ``trace`` under ``cfg`` ("open", "sequential", "bench_multiturn")."""
     loop = trace.closed_loop
+    if loop is None:  # an open trace: traces.closed_loop need not load (issue 14)
+        return "open"
+    from traces.closed_loop import BenchMultiturnLoop, SequentialReplay
+
     if isinstance(loop, BenchMultiturnLoop):
         return "bench_multiturn"
     if isinstance(loop, SequentialReplay) and cfg.request_rate is None:
@@ -146,7 +160,7 @@ def offered_request_rate(trace: Trace, cfg: SimConfig) -> float | None:
     """
     mode = client_mode(trace, cfg)
     if mode == "bench_multiturn":
-        assert isinstance(trace.closed_loop, BenchMultiturnLoop)
+        assert _is_bench_multiturn(trace.closed_loop)
         return float(cfg.request_rate if cfg.request_rate is not None else trace.closed_loop.request_rate)
     if mode == "sequential":
         return None
@@ -181,7 +195,7 @@ def start_clients(
     mode = client_mode(trace, cfg)
     if mode == "bench_multiturn":
         loop = trace.closed_loop
-        assert isinstance(loop, BenchMultiturnLoop)
+        assert _is_bench_multiturn(loop)
         if cfg.request_rate is not None:
             loop = dataclasses.replace(loop, request_rate=float(cfg.request_rate))
         return env.process(_bench_multiturn(env, server, trace, loop, requests))

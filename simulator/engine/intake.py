@@ -13,7 +13,6 @@ import numpy as np
 
 from simulator.engine.request import SimRequest
 from simulator.engine.server_state import ServerReq
-from simulator.engine.truncation import auto_truncate, truncated_pages
 
 
 def client_sampling(sim: SimRequest, flag_ignore_eos: bool | None, mode: Any) -> tuple[bool, int, bool]:
@@ -51,6 +50,8 @@ class IntakeMixin:
 
     def _truncate(self, req: ServerReq, max_new: int | None) -> None:
         """Cut ``req`` to fit as SGLang does (:mod:`simulator.engine.truncation`)."""
+        from simulator.engine.truncation import auto_truncate, truncated_pages  # loads on use (issue 14)
+
         cut = auto_truncate(
             req.prompt_len, req.output_len, max_new, self.pools.context_length, self.pools.full_tokens
         )
