@@ -11,13 +11,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 #: Loaded only by a DeepSeek-V4 model, a config.json model, the 0.5.9-0.5.15 tree, a request cut
-#: to fit (--allow-auto-truncate), a closed-loop trace.
+#: to fit (--allow-auto-truncate), a closed-loop trace, the text report (not --json).
 LAZY = (
     "simulator.sizing.dsv4",
     "simulator.models.hf_config",
     "simulator.radix.legacy",
     "simulator.engine.truncation",
     "traces.closed_loop",
+    "simulator.engine.report",
 )
 
 _PROBE = """

@@ -83,7 +83,6 @@ def execute(
     to write (:func:`run_config`'s). After the report, exits with status 3 when more than
     ``max_abort_fraction`` of the requests failed (:func:`exit_if_failed`).
     """
-    from simulator.engine.report import format_report
     from simulator.run import run_config
 
     show = progress and not as_json and not cfg.log_decode and sys.stderr.isatty()
@@ -98,6 +97,8 @@ def execute(
 
         print_json({**result.summary, "provenance": provenance(trace, cfg.profile)})
     else:
+        from simulator.engine.report import format_report  # the text report only (issue 14)
+
         typer.echo(format_report(result.summary, per_round=per_round))
     summary = result.summary
     exit_if_failed(summary["failed"], summary["requests_submitted"], max_abort_fraction)
