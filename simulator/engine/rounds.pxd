@@ -8,8 +8,10 @@ from simulator.engine.decode_jump cimport DecodeJump, JumpSegment
 from simulator.engine.request cimport SimRequest
 
 
-@cython.locals(req=SimRequest)
 cpdef tuple majority_round(batch)
+
+@cython.locals(req=SimRequest)
+cpdef object _single_round(batch)
 
 @cython.locals(counts=dict, n=cython.Py_ssize_t)
 cpdef tuple _mixed_rounds(batch)
@@ -20,7 +22,7 @@ cpdef tuple _round_counts(batch)
 @cython.locals(best=cython.Py_ssize_t, c=cython.Py_ssize_t)
 cpdef tuple _top_round(dict counts, Py_ssize_t n)
 
-@cython.locals(req=SimRequest, counts=dict, n=cython.Py_ssize_t)
+@cython.locals(counts=dict, n=cython.Py_ssize_t)
 cpdef tuple _count_rounds(list batch)
 
 @cython.locals(steps=cython.longlong, queue=cython.longlong, running=cython.Py_ssize_t,

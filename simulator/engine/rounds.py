@@ -21,8 +21,16 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
     (A request is read through ``req``, a typed SimRequest in the compiled build, metrics.pxd;
     any other object with ``round`` and ``heartbeat`` is read by name.)
     """
+    one = _single_round(batch)
+    return one if one is not None else _mixed_rounds(batch)
+
+
+def _single_round(batch: Iterable[SimRequest]) -> tuple[int, float] | None:
+    """:func:`majority_round` of a batch whose non-heartbeat requests all share one round (or of
+    heartbeats only), found in one pass without building lists (the common case); None when
+    the batch holds several rounds."""
     first = None
-    for r in batch:  # the common case, one round only, in one pass without building lists
+    for r in batch:
         if type(r) is SimRequest:
             req = r
             heartbeat, rnd = req.heartbeat, req.round
@@ -33,10 +41,8 @@ def majority_round(batch: Iterable[SimRequest]) -> tuple[int, float]:
         if first is None:
             first = rnd
         elif rnd != first:
-            break
-    else:
-        return (-1, 0.0) if first is None else (first, 1.0)
-    return _mixed_rounds(batch)
+            return None
+    return (-1, 0.0) if first is None else (first, 1.0)
 
 
 def _mixed_rounds(batch: Iterable[SimRequest]) -> tuple[int, float]:
@@ -78,21 +84,9 @@ def _top_round(counts: dict, n: int) -> tuple[int, float]:
 def _count_rounds(batch: list) -> tuple:
     """``(majority_round(batch), counts, n)``: the round counts behind the label when the batch
     holds several rounds (else None and 0), for the segments after it."""
-    first = None
-    for r in batch:  # majority_round's one pass
-        if type(r) is SimRequest:
-            req = r
-            heartbeat, rnd = req.heartbeat, req.round
-        else:
-            heartbeat, rnd = r.heartbeat, r.round
-        if heartbeat:
-            continue
-        if first is None:
-            first = rnd
-        elif rnd != first:
-            break
-    else:
-        return ((-1, 0.0) if first is None else (first, 1.0)), None, 0
+    one = _single_round(batch)
+    if one is not None:
+        return one, None, 0
     counts, n = _round_counts(batch)
     return _top_round(counts, n), counts, n
 
